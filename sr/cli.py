@@ -1,0 +1,57 @@
+"""``sr`` command line: one sub-command per module in ``sr.commands``; errors become messages."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module in sr.commands, one-line help). Modules are imported lazily so `sr --help` is fast.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "upscale": ("upscale", "upscale images, folders or globs"),
+    "eval": ("evaluate", "PSNR/SSIM of a model or bicubic on HR image folders"),
+    "train": ("train", "train a model (config file and/or flags)"),
+    "export": ("export", "export a training checkpoint's EMA weights to safetensors"),
+    "info": ("info", "architecture, params and MACs of a model name or weights file"),
+    "serve": ("serve", "run the HTTP service (FastAPI + web page)"),
+    "bench": ("bench", "benchmarks: attention, train, upscale, serve"),
+}
+
+
+class CLIError(Exception):
+    """An expected failure with a message for the user (exit code 2 unless given)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sr", description="Image super-resolution with adaptive sparse attention.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        if "--help" in sys.argv or "-h" in sys.argv or (len(sys.argv) > 1 and sys.argv[1] == name):
+            importlib.import_module(f"sr.commands.{module}").add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    parser = build_parser()
+    args = parser.parse_args()
+    module = importlib.import_module(f"sr.commands.{args._module}")
+    try:
+        return int(module.run(args) or 0)
+    except CLIError as e:
+        print(f"sr {args.command}: error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print(f"sr {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

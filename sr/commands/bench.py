@@ -1,0 +1,24 @@
+"""``sr bench WHAT``: benchmarks (not tests). Each lives in ``sr.bench.<what>`` with add_arguments/run."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = {
+    "attention": "attention family: time and peak memory vs dense, by feature-map size",
+    "train": "training-step time per preset and attention kind",
+    "upscale": "upscaling throughput (output MP/s) of shipped models vs bicubic",
+    "serve": "bounded load test of the HTTP service on loopback",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="bench", metavar="WHAT", required=True)
+    for name, help_text in BENCHMARKS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(f"sr.bench.{name}").add_arguments(sp)
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(importlib.import_module(f"sr.bench.{args.bench}").run(args) or 0)

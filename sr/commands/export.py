@@ -1,0 +1,50 @@
+"""``sr export CKPT -o weights/NAME.safetensors``: EMA weights of a checkpoint + metadata."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+
+from ..cli import CLIError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="best.pt or last.pt of a training run")
+    p.add_argument("-o", "--output", required=True, help="output .safetensors path")
+    p.add_argument("--hardware", default=None, help="hardware note for the metadata (default: this machine)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..models import SRNet, build_config
+    from ..weights import save_weights
+
+    path = Path(args.checkpoint)
+    if not path.is_file():
+        raise CLIError(f"checkpoint not found: {path}")
+    if not args.output.endswith(".safetensors"):
+        raise CLIError("output must end in .safetensors")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        cfg = ckpt["config"]
+        overrides = {"attention": cfg["attention"]} if cfg.get("attention") else {}
+        model = SRNet(build_config(cfg["preset"], cfg["scale"], **overrides))
+        model.load_state_dict(ckpt["ema"])
+    except Exception as e:  # noqa: BLE001 - any unreadable checkpoint is a user-facing error here
+        raise CLIError(f"{path}: not a usable training checkpoint ({e})") from None
+    best = ckpt.get("best") or {}
+    out = save_weights(
+        model, args.output,
+        preset=cfg["preset"], attention=model.cfg.attention, name=cfg["name"],
+        train_data=json.dumps(cfg["train"]), steps=str(ckpt["step"]),
+        batch=str(cfg["batch"]), patch=str(cfg["patch"]),
+        train_seconds=f"{ckpt.get('elapsed', 0.0):.0f}",
+        hardware=args.hardware or f"{platform.machine()} CPU x{torch.get_num_threads()}",
+        validation=json.dumps(best.get("results", {})),
+        best_step=str(best.get("step", ckpt["step"])),
+    )
+    print(f"wrote {out} (step {ckpt['step']}, best {best.get('psnr', float('nan')):.3f} dB)")
+    return 0

@@ -1,0 +1,47 @@
+"""``sr train``: a TOML config and/or flags over :class:`sr.train.TrainConfig`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..cli import CLIError
+from ..train.config import FIELDS, load_config
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file with training settings ([train] table or top level)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR exactly (flags may extend --steps)")
+    for name, f in FIELDS.items():
+        flag = "--" + name.replace("_", "-")
+        default = f.default if f.default is not f.default_factory else f.default_factory()  # type: ignore[misc]
+        if name in ("train", "val"):
+            p.add_argument(flag, nargs="+", default=None, help=f"folders (default: {default})")
+        else:
+            kind = {int: int, float: float}.get(type(default), str)
+            p.add_argument(flag, type=kind, default=None, help=f"(default: {default})")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train.loop import Trainer
+
+    overrides = {name: getattr(args, name) for name in FIELDS}
+    try:
+        if args.resume:
+            run_dir = Path(args.resume)
+            saved = run_dir / "config.json"
+            if not saved.is_file():
+                raise CLIError(f"{run_dir} has no config.json: not a training run")
+            base = json.loads(saved.read_text())
+            base.update({k: v for k, v in overrides.items() if v is not None})
+            cfg = load_config(None, **base)
+        else:
+            cfg = load_config(args.config, **overrides)
+        trainer = Trainer(cfg, resume=bool(args.resume))
+        best = trainer.fit()
+    except (FileNotFoundError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    if best:
+        print(f"best {best['psnr']:.3f} dB at step {best['step']} ({cfg.run_dir})")
+    return 0

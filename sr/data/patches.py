@@ -1,0 +1,145 @@
+"""HR/LR pairs with a disk cache, and a sampler whose randomness is a pure function of the step.
+
+LR images are made once per image and scale with the project's MATLAB-compatible bicubic and kept
+in memory (and in an ``.npy`` cache on disk keyed by path, size, mtime and scale). Each batch's crops
+and augmentations are drawn from ``default_rng([seed, rank, step])``, so resuming at step N replays
+exactly the batches a run that never stopped would have seen, with any number of loader workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..evaluation import IMAGE_SUFFIXES
+from ..resize import imresize, modcrop
+
+log = logging.getLogger(__name__)
+
+
+def find_images(folders: Sequence[str | Path]) -> list[Path]:
+    paths: list[Path] = []
+    for folder in folders:
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"training folder not found: {folder}")
+        paths += sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not paths:
+        raise FileNotFoundError(f"no images in {', '.join(map(str, folders))}")
+    return paths
+
+
+def _cache_key(path: Path, scale: int) -> str:
+    st = path.stat()
+    return hashlib.sha1(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|x{scale}".encode()).hexdigest()[:20]
+
+
+def build_pairs(
+    folders: Sequence[str | Path], scale: int, lr_patch: int, cache_dir: str | Path | None = None
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """Load HR images (RGB uint8), modcrop, make/cached LR. Returns (pairs, number skipped as too small)."""
+    pairs, skipped = [], 0
+    cache = Path(cache_dir) if cache_dir else None
+    if cache:
+        cache.mkdir(parents=True, exist_ok=True)
+    for path in find_images(folders):
+        with Image.open(path) as im:
+            hr = modcrop(np.asarray(im.convert("RGB")), scale)
+        if min(hr.shape[:2]) < lr_patch * scale:
+            skipped += 1
+            continue
+        lr = None
+        if cache:
+            f = cache / f"{_cache_key(path, scale)}.npy"
+            if f.is_file():
+                lr = np.load(f)
+            else:
+                lr = imresize(hr, 1 / scale)
+                tmp = f.with_suffix(".tmp.npy")
+                np.save(tmp, lr)
+                tmp.replace(f)
+        else:
+            lr = imresize(hr, 1 / scale)
+        pairs.append((np.ascontiguousarray(hr), np.ascontiguousarray(lr)))
+    if not pairs:
+        raise ValueError(f"every training image is smaller than the HR patch ({lr_patch * scale} px)")
+    return pairs, skipped
+
+
+class PatchSampler(torch.utils.data.Sampler):
+    """Yields one batch of crop specs (image, y, x, flip_h, flip_v, rot90) per step from ``start``."""
+
+    def __init__(
+        self,
+        sizes: Sequence[tuple[int, int]],
+        lr_patch: int,
+        batch: int,
+        steps: int,
+        seed: int,
+        start: int = 0,
+        rank: int = 0,
+    ) -> None:
+        self.sizes, self.lr_patch, self.batch = list(sizes), lr_patch, batch
+        self.steps, self.seed, self.start, self.rank = steps, seed, start, rank
+        area = np.array([h * w for h, w in self.sizes], dtype=np.float64)
+        self.weights = area / area.sum()  # big images hold more distinct patches: sample them more
+
+    def batch_specs(self, step: int) -> list[tuple[int, ...]]:
+        rng = np.random.default_rng([self.seed, self.rank, step])
+        images = rng.choice(len(self.sizes), size=self.batch, p=self.weights)
+        specs = []
+        for i in images:
+            h, w = self.sizes[i]
+            y, x = rng.integers(0, h - self.lr_patch + 1), rng.integers(0, w - self.lr_patch + 1)
+            fh, fv, rot = rng.integers(0, 2, size=3)
+            specs.append((int(i), int(y), int(x), int(fh), int(fv), int(rot)))
+        return specs
+
+    def __iter__(self) -> Iterator[list[tuple[int, ...]]]:
+        for step in range(self.start, self.steps):
+            yield self.batch_specs(step)
+
+    def __len__(self) -> int:
+        return max(0, self.steps - self.start)
+
+
+def _augment(img: np.ndarray, fh: int, fv: int, rot: int) -> np.ndarray:
+    if fh:
+        img = img[:, ::-1]
+    if fv:
+        img = img[::-1]
+    if rot:
+        img = img.transpose(1, 0, 2)
+    return img
+
+
+class PatchDataset(torch.utils.data.Dataset):
+    """Maps a crop spec to an (LR, HR) float pair in [0, 1], shapes (3, p, p) and (3, sp, sp)."""
+
+    def __init__(self, pairs: list[tuple[np.ndarray, np.ndarray]], scale: int, lr_patch: int) -> None:
+        self.pairs, self.scale, self.lr_patch = pairs, scale, lr_patch
+
+    @property
+    def lr_sizes(self) -> list[tuple[int, int]]:
+        return [lr.shape[:2] for _, lr in self.pairs]
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, spec: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        i, y, x, fh, fv, rot = spec
+        hr, lr = self.pairs[i]
+        p, s = self.lr_patch, self.scale
+        lr_crop = _augment(lr[y : y + p, x : x + p], fh, fv, rot)
+        hr_crop = _augment(hr[y * s : (y + p) * s, x * s : (x + p) * s], fh, fv, rot)
+
+        def to_tensor(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).float().div_(255)
+
+        return to_tensor(lr_crop), to_tensor(hr_crop)

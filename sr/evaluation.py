@@ -1,0 +1,106 @@
+"""The evaluation protocol: HR -> modcrop -> MATLAB-bicubic LR -> model -> PSNR/SSIM on Y.
+
+Used by ``sr eval`` and by validation during training, so both report the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .metrics import psnr, rgb_to_y, ssim
+from .resize import imresize, modcrop
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}
+
+# An upscaler maps an (H, W, 3) uint8 LR image to an (sH, sW, 3) float/uint8 image in [0, 255].
+UpscaleFn = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class ImageScore:
+    name: str
+    psnr: float
+    ssim: float
+
+
+def list_images(folder: str | Path) -> list[Path]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"not a folder: {folder}")
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def load_hr(path: Path) -> np.ndarray:
+    """HR image as uint8 (H, W) for gray files or (H, W, 3) for colour."""
+    with Image.open(path) as im:
+        im = im.convert("L") if im.mode in ("L", "I;16", "I", "1") else im.convert("RGB")
+        return np.asarray(im)
+
+
+def make_lr(hr: np.ndarray, scale: int) -> np.ndarray:
+    """MATLAB-bicubic LR of an already modcropped uint8 HR, stored as uint8 like an LR PNG."""
+    return imresize(hr, 1 / scale)
+
+
+def bicubic_y_baseline(hr: np.ndarray, scale: int) -> np.ndarray:
+    """The published bicubic baseline, computed the classic (SRCNN/VDSR script) way: on the uint8
+    Y channel of MATLAB's rgb2ycbcr, down and up in float, then rounded. Returns Y (H, W)."""
+    y = np.round(rgb_to_y(hr)) if hr.ndim == 3 else hr.astype(np.float64)
+    lr = imresize(y / 255.0, 1 / scale)
+    return np.clip(np.round(imresize(lr, scale) * 255.0), 0, 255)
+
+
+def score_image(
+    hr: np.ndarray, upscale: UpscaleFn | None, scale: int, channel: str = "y", gray_as_rgb: bool = False
+) -> tuple[float, float, np.ndarray]:
+    """Score one HR image; ``upscale=None`` is the bicubic baseline. Returns (psnr, ssim, sr uint8)."""
+    hr = modcrop(hr, scale)
+    if hr.ndim == 2 and gray_as_rgb:
+        hr = np.repeat(hr[:, :, None], 3, axis=2)
+    if upscale is None and channel == "y":
+        sr = bicubic_y_baseline(hr, scale)
+        ref = np.round(rgb_to_y(hr)) if hr.ndim == 3 else hr
+        return psnr(sr, ref, scale), ssim(sr, ref, scale), sr.astype(np.uint8)
+    lr = make_lr(hr, scale)
+    lr_rgb = np.repeat(lr[:, :, None], 3, axis=2) if lr.ndim == 2 else lr
+    sr = imresize(lr_rgb, scale) if upscale is None else upscale(lr_rgb)
+    sr = np.clip(np.round(np.asarray(sr, dtype=np.float64)), 0, 255)
+    if hr.ndim == 2:
+        sr = sr.mean(axis=2).round()  # gray in, gray scored: the model's channels averaged back
+    return psnr(sr, hr, scale, channel), ssim(sr, hr, scale, channel), sr.astype(np.uint8)
+
+
+def evaluate_folder(
+    hr_dir: str | Path,
+    scale: int,
+    upscale: UpscaleFn | None,
+    channel: str = "y",
+    gray_as_rgb: bool = False,
+    save_dir: str | Path | None = None,
+) -> list[ImageScore]:
+    scores = []
+    for path in list_images(hr_dir):
+        p, s, sr = score_image(load_hr(path), upscale, scale, channel, gray_as_rgb)
+        scores.append(ImageScore(path.stem, p, s))
+        if save_dir is not None:
+            Path(save_dir).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(sr).save(Path(save_dir) / f"{path.stem}.png")
+    return scores
+
+
+def model_upscaler(model: torch.nn.Module, device: str | torch.device = "cpu") -> UpscaleFn:
+    """Whole-image fp32 upscaler for evaluation: uint8 (H, W, 3) -> float (sH, sW, 3) in [0, 255]."""
+
+    @torch.inference_mode()
+    def run(lr: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(np.ascontiguousarray(lr)).permute(2, 0, 1)[None].float().div(255).to(device)
+        y = model(x).clamp(0, 1).mul(255)
+        return y[0].permute(1, 2, 0).cpu().numpy()
+
+    return run

@@ -1,0 +1,16 @@
+"""The SR network, its attention family and the preset registry."""
+
+from .network import NetConfig, SRNet
+from .registry import DEFAULT_PRESET, PRESETS, build_config, build_model, count_macs, count_params, parse_name
+
+__all__ = [
+    "DEFAULT_PRESET",
+    "PRESETS",
+    "NetConfig",
+    "SRNet",
+    "build_config",
+    "build_model",
+    "count_macs",
+    "count_params",
+    "parse_name",
+]

@@ -1,0 +1,118 @@
+"""Adaptive sparse attention (ASA): pooled coarse scoring, top-k regions, per-region gated budget.
+
+A small gate reads each p x p region's local statistics (mean and variance of the features) and
+decides how many key regions k it attends to, between k_min and k_max, normalised so the mean over
+the image is the target budget: flat regions get little (k = 0 skips attention), edges and texture
+more. Training uses a soft top-k over ranks (differentiable in k); inference uses hard top-k,
+grouping regions by their k so that compute follows the budget.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .common import AttentionBranch, from_regions, pad_to_multiple, to_regions
+from .routing import coarse_topk, gather_regions, rank_mask_bias, region_attention
+
+
+class BudgetGate(nn.Module):
+    """Per-region complexity score from pooled mean and variance: (B, C, H, W) -> (B, 1, H/p, W/p)."""
+
+    def __init__(self, dim: int, region: int, hidden: int = 16) -> None:
+        super().__init__()
+        self.region = region
+        self.net = nn.Sequential(
+            nn.Conv2d(2 * dim, hidden, 1), nn.GELU(), nn.Conv2d(hidden, 1, 3, padding=1)
+        )
+        # Start near-uniform (every region ~ the target budget) but not exactly: a perfectly flat
+        # score has zero gradient through the mean normalisation.
+        nn.init.normal_(self.net[-1].weight, std=0.02)
+        nn.init.constant_(self.net[-1].bias, 0.5413)  # softplus(0.5413) = 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float()
+        mean = F.avg_pool2d(x, self.region)  # (B, C, Hr, Wr)
+        var = (F.avg_pool2d(x * x, self.region) - mean * mean).clamp_min(0)
+        return F.softplus(self.net(torch.cat([mean, var], 1)))  # (B, 1, Hr, Wr), > 0
+
+
+class AdaptiveSparseAttention(AttentionBranch):
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        region: int = 4,
+        k_min: int = 0,
+        k_max: int = 8,
+        budget: float = 4.0,
+        positional: bool = True,
+        stride: int = 1,
+    ) -> None:
+        super().__init__(dim, heads, positional, stride)
+        if not 0 <= k_min <= budget <= k_max:
+            raise ValueError(f"need 0 <= k_min <= budget <= k_max, got {k_min}, {budget}, {k_max}")
+        self.region, self.k_min, self.k_max, self.budget = region, k_min, k_max, float(budget)
+        self.gate = BudgetGate(dim, region)
+
+    def allocate(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """Continuous per-region k: (B, 1, Hr, Wr) in [k_min, min(k_max, N)], mean ~ budget."""
+        k_max = min(self.k_max, n)
+        budget = min(self.budget, k_max)
+        score = self.gate(x)
+        k = budget * score / score.mean(dim=(2, 3), keepdim=True)
+        return k.clamp(min(self.k_min, k_max), k_max)
+
+    def attend(self, q, k, v, x, aux):
+        b, c, h, w = q.shape
+        p = self.region
+        qkv, _, _ = pad_to_multiple(torch.cat([q, k, v], 1), p)
+        xp, _, _ = pad_to_multiple(x, p)
+        hp, wp = qkv.shape[-2:]
+        qr, kr, vr = (to_regions(t, p) for t in qkv.chunk(3, dim=1))  # (B, N, P, C)
+        n = qr.shape[1]
+        k_map = self.allocate(xp, n)  # (B, 1, Hr, Wr)
+        k_max = min(self.k_max, n)
+        idx = coarse_topk(qr, kr, k_max)  # (B, N, k_max), best first
+        if self.training and torch.is_grad_enabled():
+            out = self._soft(qr, kr, vr, idx, k_map.flatten(1))
+        else:
+            k_map = (k_map + 0.5).floor()  # hard integer budgets
+            out = self._tiered(qr, kr, vr, idx, k_map.flatten(1).long())
+        if aux is not None:
+            aux.setdefault("budget_maps", []).append(
+                F.interpolate(k_map, scale_factor=p, mode="nearest")[:, :, :h, :w]
+            )
+            aux["budget_loss"] = aux.get("budget_loss", 0.0) + (k_map.mean() / self.budget - 1) ** 2
+        return from_regions(out, hp, wp, p)[:, :, :h, :w]
+
+    def _soft(self, qr, kr, vr, idx, k_cont):
+        """Training: all k_max regions gathered, rank r weighted by clamp(k - r, 0, 1)."""
+        b, n, pp, c = qr.shape
+        weights, bias = rank_mask_bias(k_cont, idx.shape[-1])  # (B, N, k_max)
+        bi = torch.arange(b, device=qr.device)[:, None, None]
+        out = region_attention(
+            qr.reshape(b * n, pp, c),
+            gather_regions(kr, bi, idx).flatten(0, 1),
+            gather_regions(vr, bi, idx).flatten(0, 1),
+            self.heads,
+            bias.flatten(0, 1),
+        ).view(b, n, pp, c)
+        # k -> 0 fades the whole branch out, so a budget of 0 means "no attention here".
+        return out * weights[..., :1, None].to(out.dtype)
+
+    def _tiered(self, qr, kr, vr, idx, k_int):
+        """Inference: regions grouped by their integer k; tier t gathers exactly t regions."""
+        b, n, pp, c = qr.shape
+        out = qr.new_zeros(b, n, pp, c)  # k = 0 regions stay zero: attention skipped
+        for t in torch.unique(k_int).tolist():
+            if t == 0:
+                continue
+            bsel, nsel = (k_int == t).nonzero(as_tuple=True)  # (M,), (M,)
+            ids = idx[bsel, nsel, :t]  # (M, t)
+            out[bsel, nsel] = region_attention(
+                qr[bsel, nsel], gather_regions(kr, bsel[:, None], ids), gather_regions(vr, bsel[:, None], ids),
+                self.heads,
+            )
+        return out

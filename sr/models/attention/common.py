@@ -1,0 +1,106 @@
+"""Pieces shared by the attention family: the textbook attention, masking, padding, region views."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def large_negative(dtype: torch.dtype) -> float:
+    """A fill value for blocked scores that is finite in every float dtype (no inf - inf = NaN)."""
+    return torch.finfo(dtype).min / 2
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Textbook scaled dot-product attention that materialises the matrix.
+
+    q: (..., Nq, d), k/v: (..., Nk, d); mask broadcastable to (..., Nq, Nk), True = blocked.
+    Returns (output (..., Nq, d), attention weights (..., Nq, Nk)).
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Nq, Nk)
+    if mask is not None:
+        scores = scores.masked_fill(mask, large_negative(scores.dtype))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def pad_to_multiple(x: torch.Tensor, multiple: int) -> tuple[torch.Tensor, int, int]:
+    """Pad (B, C, H, W) on the bottom/right to multiples of ``multiple``; returns (x, pad_h, pad_w).
+
+    Reflect padding keeps padded tokens image-like (no zero tokens soaking up attention); tiny maps
+    fall back to replicate, which reflect cannot do.
+    """
+    h, w = x.shape[-2:]
+    ph, pw = (-h) % multiple, (-w) % multiple
+    if ph or pw:
+        mode = "reflect" if ph < h and pw < w else "replicate"
+        x = F.pad(x, (0, pw, 0, ph), mode=mode)
+    return x, ph, pw
+
+
+def to_regions(x: torch.Tensor, p: int) -> torch.Tensor:
+    """(B, C, H, W) with H, W multiples of p -> (B, N, p*p, C), N = (H/p)(W/p) regions, row-major."""
+    b, c, h, w = x.shape
+    x = x.view(b, c, h // p, p, w // p, p)
+    return x.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // p) * (w // p), p * p, c)
+
+
+def from_regions(x: torch.Tensor, h: int, w: int, p: int) -> torch.Tensor:
+    """Inverse of :func:`to_regions`: (B, N, p*p, C) -> (B, C, H, W)."""
+    b, _, _, c = x.shape
+    x = x.view(b, h // p, w // p, p, p, c)
+    return x.permute(0, 5, 1, 3, 2, 4).reshape(b, c, h, w)
+
+
+def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """(..., N, C) -> (..., heads, N, C/heads)."""
+    *lead, n, c = x.shape
+    return x.view(*lead, n, heads, c // heads).transpose(-3, -2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(..., heads, N, d) -> (..., N, heads*d)."""
+    *lead, h, n, d = x.shape
+    return x.transpose(-3, -2).reshape(*lead, n, h * d)
+
+
+class AttentionBranch(nn.Module):
+    """Shared frame of every attention block: x + proj(core(q, k, v) + lepe(v)).
+
+    q, k, v come from one 1x1 conv; positional information is a depthwise 3x3 conv on v (LePE), which
+    travels with the features and so survives gathering. Subclasses implement ``attend``.
+
+    ``stride`` > 1 runs the branch on an average-pooled map and upsamples its output bilinearly: on
+    CPU the attention then costs stride^2 less, while the conv blocks keep full-resolution detail.
+    """
+
+    def __init__(self, dim: int, heads: int, positional: bool = True, stride: int = 1) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim {dim} is not divisible by heads {heads}")
+        self.dim, self.heads, self.stride = dim, heads, stride
+        self.qkv = nn.Conv2d(dim, 3 * dim, 1)
+        self.lepe = nn.Conv2d(dim, dim, 3, padding=1, groups=dim) if positional else None
+        self.proj = nn.Conv2d(dim, dim, 1)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor, aux: dict | None):
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, aux: dict | None = None) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        xs = F.avg_pool2d(x, self.stride, ceil_mode=True) if self.stride > 1 else x  # (B, C, h', w')
+        q, k, v = self.qkv(xs).chunk(3, dim=1)  # each (B, C, h', w')
+        out = self.attend(q, k, v, xs, aux)  # (B, C, h', w')
+        if self.lepe is not None:
+            out = out + self.lepe(v)
+        out = self.proj(out)
+        if self.stride > 1:
+            out = F.interpolate(out, size=(h, w), mode="bilinear", align_corners=False)
+            if aux is not None and aux.get("budget_maps"):
+                aux["budget_maps"][-1] = F.interpolate(aux["budget_maps"][-1], size=(h, w), mode="nearest")
+        return x + out

@@ -1,0 +1,65 @@
+"""Config names -> architectures (BasicSR-style registry), plus params/MACs accounting."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .network import NetConfig, SRNet
+
+ASA = {"region": 4, "k_min": 0, "k_max": 8, "budget": 4.0, "stride": 2}
+
+# Presets are scale-free; a model name is "<preset>-x<scale>", e.g. "asa-base-x2".
+PRESETS: dict[str, dict] = {
+    "asa-small": dict(channels=40, blocks=6, attn_every=3, heads=2, attention="adaptive", attn_options=ASA),
+    "asa-base": dict(channels=48, blocks=7, attn_every=3, heads=3, attention="adaptive", attn_options=ASA),
+    "asa-medium": dict(channels=64, blocks=8, attn_every=4, heads=4, attention="adaptive", attn_options=ASA),
+}
+DEFAULT_PRESET = "asa-base"
+
+
+def parse_name(name: str) -> tuple[str, int]:
+    """'asa-base-x2' -> ('asa-base', 2), with a clear error for anything else."""
+    preset, sep, scale = name.rpartition("-x")
+    if not sep or preset not in PRESETS or scale not in ("2", "3", "4"):
+        known = ", ".join(f"{p}-x{{2,3,4}}" for p in PRESETS)
+        raise ValueError(f"unknown model {name!r}; known: {known}")
+    return preset, int(scale)
+
+
+def build_config(preset: str, scale: int, **overrides) -> NetConfig:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    opts = {**PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None}}
+    return NetConfig(scale=scale, **opts)
+
+
+def build_model(name_or_cfg: str | NetConfig, **overrides) -> SRNet:
+    if isinstance(name_or_cfg, NetConfig):
+        return SRNet(name_or_cfg)
+    preset, scale = parse_name(name_or_cfg)
+    return SRNet(build_config(preset, scale, **overrides))
+
+
+def count_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@torch.no_grad()
+def count_macs(model: SRNet, out_hw: tuple[int, int] = (720, 1280)) -> int:
+    """Multiply-accumulates for one forward pass producing an ``out_hw`` image (eval mode).
+
+    Convs and linears are counted by hooks; attention matmuls (SDPA and the coarse scoring) are
+    counted by the torch dispatcher's FLOP counter, halved to MACs.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    s = model.scale
+    x = torch.zeros(1, 3, out_hw[0] // s, out_hw[1] // s)
+    was_training = model.training
+    model.eval()
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(x)
+    model.train(was_training)
+    return counter.get_total_flops() // 2

@@ -1,0 +1,68 @@
+"""One dataclass holds every training setting; a TOML file and CLI flags fill it in."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+@dataclass
+class TrainConfig:
+    name: str = "asa-base-x2"
+    preset: str = "asa-base"
+    scale: int = 2
+    attention: str | None = None  # override the preset's attention (ablations)
+    train: list[str] = field(default_factory=lambda: ["../shared/datasets/train"])
+    val: list[str] = field(default_factory=lambda: ["../shared/datasets/benchmark/Set5"])
+    patch: int = 48  # LR patch side
+    batch: int = 16
+    steps: int = 100_000
+    lr: float = 1e-3
+    min_lr: float = 1e-6
+    warmup: int = 300
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    ema_decay: float = 0.999
+    budget_weight: float = 0.01
+    val_every: int = 1000
+    ckpt_every: int = 250
+    log_every: int = 25
+    seed: int = 0
+    workers: int = 0
+    threads: int = 0  # 0 = all cores
+    amp: str = "auto"  # auto (bf16 on CUDA only) | bf16 | off
+    device: str = "auto"
+    out: str = "runs"
+    cache: str = "runs/cache"
+    init: str | None = None  # weights/checkpoint to start from (e.g. x2 weights for x3/x4)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out) / self.name
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def load_config(path: str | Path | None = None, **overrides) -> TrainConfig:
+    """Defaults <- TOML file (``[train]`` table or top level) <- overrides that are not None."""
+    values: dict = {}
+    if path is not None:
+        data = tomllib.loads(Path(path).read_text())
+        data = data.get("train", data)
+        unknown = set(data) - set(FIELDS)
+        if unknown:
+            raise ValueError(f"{path}: unknown training settings: {', '.join(sorted(unknown))}")
+        values.update(data)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return TrainConfig(**values)

@@ -1,0 +1,260 @@
+"""The training loop: L1 + budget loss, AdamW, warm-up + cosine, clipping, EMA, validation, checkpoints.
+
+Runs on one CPU, one GPU, or K processes under ``torchrun`` (DDP; gloo on CPU, nccl on CUDA). Only
+rank 0 validates, logs and writes checkpoints. SIGINT/SIGTERM finish the current step, write a
+checkpoint and exit; ``--resume`` continues exactly (model, EMA, optimiser, step, data order).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import platform
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ..data import PatchDataset, PatchSampler, build_pairs
+from ..evaluation import evaluate_folder, model_upscaler
+from ..models import SRNet, build_config, count_params
+from .config import TrainConfig
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * t))
+
+
+def atomic_save(obj, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)
+
+
+def load_init(model: SRNet, path: str) -> list[str]:
+    """Copy every tensor whose name and shape match (e.g. x2 weights into an x3 model)."""
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        state = load_file(path)
+    else:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        state = ckpt.get("ema", ckpt.get("model", ckpt))
+    own = model.state_dict()
+    taken = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    own.update(taken)
+    model.load_state_dict(own)
+    return sorted(set(own) - set(taken))
+
+
+@torch.no_grad()
+def ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.lerp_(p.detach(), 1 - decay)
+    for e, b in zip(ema.buffers(), model.buffers()):
+        e.copy_(b)
+
+
+def validate(model: SRNet, cfg: TrainConfig, device: torch.device) -> dict[str, dict[str, float]]:
+    model.eval()
+    upscale = model_upscaler(model, device)
+    results = {}
+    for folder in cfg.val:
+        scores = evaluate_folder(folder, cfg.scale, upscale)
+        results[Path(folder).name] = {
+            "psnr": sum(s.psnr for s in scores) / len(scores),
+            "ssim": sum(s.ssim for s in scores) / len(scores),
+        }
+    return results
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
+        self.cfg = cfg
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.device = pick_device(cfg.device)
+        if self.world > 1:
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            dist.init_process_group(backend)
+            if self.device.type == "cuda":
+                local = int(os.environ.get("LOCAL_RANK", "0"))
+                self.device = torch.device("cuda", local)
+                torch.cuda.set_device(self.device)
+        if self.device.type == "cpu":
+            cores = os.cpu_count() or 1
+            torch.set_num_threads(cfg.threads or max(1, cores // self.world))
+        torch.manual_seed(cfg.seed)
+        self.is_main = self.rank == 0
+        self.run_dir = cfg.run_dir
+        self.stop_requested = False
+
+        overrides = {"attention": cfg.attention} if cfg.attention else {}
+        self.model = SRNet(build_config(cfg.preset, cfg.scale, **overrides)).to(self.device)
+        if self.device.type == "cuda":
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.ema = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay
+        )
+        self.step = 0
+        self.best: dict = {}
+        self.elapsed = 0.0  # training seconds over all sessions (for the model card)
+        if resume:
+            self._load(self.run_dir / "last.pt")
+        elif cfg.init:
+            missing = load_init(self.model, cfg.init)
+            self.ema.load_state_dict(self.model.state_dict())
+            self.log_line({"event": "init", "from": cfg.init, "fresh_tensors": missing})
+        self.net = self.model
+        if self.world > 1:
+            self.net = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        amp = cfg.amp if cfg.amp != "auto" else ("bf16" if self.device.type == "cuda" else "off")
+        self.autocast = dict(device_type=self.device.type, dtype=torch.bfloat16, enabled=amp == "bf16")
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def log_line(self, record: dict) -> None:
+        if not self.is_main:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / "log.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def _state(self) -> dict:
+        return {
+            "config": json.loads(self.cfg.to_json()),
+            "model": self.model.state_dict(),
+            "ema": self.ema.state_dict(),
+            "opt": self.opt.state_dict(),
+            "step": self.step,
+            "best": self.best,
+            "elapsed": self.elapsed,
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def save(self, name: str = "last.pt") -> None:
+        if self.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_save(self._state(), self.run_dir / name)
+
+    def _load(self, path: Path) -> None:
+        if not path.is_file():
+            raise FileNotFoundError(f"no checkpoint to resume at {path}")
+        ckpt = torch.load(path, map_location=self.device, weights_only=False)
+        self.model.load_state_dict(ckpt["model"])
+        self.ema.load_state_dict(ckpt["ema"])
+        self.opt.load_state_dict(ckpt["opt"])
+        self.step, self.best, self.elapsed = ckpt["step"], ckpt["best"], ckpt.get("elapsed", 0.0)
+        torch.set_rng_state(ckpt["torch_rng"])
+
+    def _on_signal(self, signum, frame) -> None:
+        self.stop_requested = True
+
+    # -- the loop ------------------------------------------------------------------------------
+    def fit(self) -> dict:
+        cfg = self.cfg
+        pairs, skipped = build_pairs(cfg.train, cfg.scale, cfg.patch, cfg.cache)
+        dataset = PatchDataset(pairs, cfg.scale, cfg.patch)
+        sampler = PatchSampler(dataset.lr_sizes, cfg.patch, cfg.batch, cfg.steps, cfg.seed, self.step, self.rank)
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_sampler=sampler, num_workers=cfg.workers, persistent_workers=cfg.workers > 0
+        )
+        if self.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.json").write_text(self.cfg.to_json())
+            self.log_line({
+                "event": "start", "step": self.step, "images": len(pairs), "skipped_small": skipped,
+                "params": count_params(self.model), "device": str(self.device), "world": self.world,
+                "threads": torch.get_num_threads(), "amp": self.autocast["enabled"],
+                "host": platform.processor() or platform.machine(),
+            })
+        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        bar = tqdm(total=cfg.steps, initial=self.step, disable=not (self.is_main and sys.stderr.isatty()))
+        t_last, loss_sum, budget_sum, n = time.time(), 0.0, 0.0, 0
+        try:
+            for lr_img, hr_img in loader:
+                lr_now = lr_at(self.step, cfg)
+                for g in self.opt.param_groups:
+                    g["lr"] = lr_now
+                lr_img, hr_img = lr_img.to(self.device, non_blocking=True), hr_img.to(self.device)
+                aux: dict = {}
+                with torch.autocast(**self.autocast):
+                    out = self.net(lr_img, aux)
+                l1 = F.l1_loss(out.float(), hr_img)
+                loss = l1 + cfg.budget_weight * aux.get("budget_loss", 0.0)
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+                self.opt.step()
+                self.step += 1
+                ema_update(self.ema, self.model, min(cfg.ema_decay, (1 + self.step) / (10 + self.step)))
+                loss_sum += l1.item()
+                maps = aux.get("budget_maps")
+                budget_sum += float(torch.stack([m.detach().mean() for m in maps]).mean()) if maps else 0.0
+                n += 1
+                bar.update(1)
+                if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+                    now = time.time()
+                    self.elapsed += now - t_last
+                    rec = {
+                        "step": self.step, "loss": loss_sum / n, "lr": lr_now, "budget_mean": budget_sum / n,
+                        "it_s": n / (now - t_last), "seconds": round(self.elapsed, 1),
+                    }
+                    bar.set_postfix(loss=f"{rec['loss']:.4f}", it_s=f"{rec['it_s']:.2f}")
+                    self.log_line(rec)
+                    t_last, loss_sum, budget_sum, n = now, 0.0, 0.0, 0
+                if self.step % cfg.val_every == 0 or self.step == cfg.steps:
+                    self._validate()
+                    t_last = time.time()  # validation time is not training time
+                if self.step % cfg.ckpt_every == 0:
+                    self.save()
+                if self.stop_requested:
+                    break
+            self.save()
+        finally:
+            bar.close()
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+            if self.world > 1:
+                dist.destroy_process_group()
+        if self.stop_requested and self.is_main:
+            print(f"stopped at step {self.step}; checkpoint in {self.run_dir / 'last.pt'}", file=sys.stderr)
+        return self.best
+
+    def _validate(self) -> None:
+        if not (self.is_main and self.cfg.val):
+            return
+        t = time.time()
+        results = validate(self.ema, self.cfg, self.device)
+        first = next(iter(results.values()))
+        rec = {"step": self.step, "event": "val", "seconds": round(self.elapsed, 1),
+               "val_seconds": round(time.time() - t, 1), **{f"{k}_psnr": v["psnr"] for k, v in results.items()},
+               **{f"{k}_ssim": v["ssim"] for k, v in results.items()}}
+        self.log_line(rec)
+        if first["psnr"] > self.best.get("psnr", -1.0):
+            self.best = {"psnr": first["psnr"], "step": self.step, "results": results}
+            if self.is_main:
+                atomic_save({"ema": self.ema.state_dict(), "config": json.loads(self.cfg.to_json()),
+                             "step": self.step, "best": self.best, "elapsed": self.elapsed},
+                            self.run_dir / "best.pt")
+        if sys.stderr.isatty():
+            tqdm.write(" ".join(f"{k}: {v['psnr']:.3f} dB / {v['ssim']:.4f}" for k, v in results.items()))

@@ -1,0 +1,99 @@
+"""Safetensors weights with metadata: export from training checkpoints, checked loading.
+
+A shipped file holds the EMA weights (no pickle) and a metadata dict of strings: the architecture
+config (JSON), preset, scale, params, training data and steps, validation PSNR/SSIM. Loading builds
+the architecture from that metadata and checks every tensor, so a mismatched or corrupt file gives
+one clear :class:`WeightsError`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorsError
+from safetensors.torch import load_file, save_file
+
+from .models import NetConfig, SRNet, count_params
+
+FORMAT = "sr-weights-v1"
+WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+
+
+class WeightsError(ValueError):
+    """A weights file that is missing, corrupt, or does not match its declared architecture."""
+
+
+def save_weights(model: SRNet, path: str | Path, **info) -> Path:
+    """Write ``model``'s state dict and metadata atomically (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "format": FORMAT,
+        "config": json.dumps(model.cfg.to_dict()),
+        "scale": str(model.scale),
+        "params": str(count_params(model)),
+    }
+    meta.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in info.items()})
+    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        save_file(tensors, str(tmp), metadata=meta)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"weights file not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+    except (SafetensorsError, OSError, ValueError) as e:
+        raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
+    if meta.get("format") != FORMAT:
+        raise WeightsError(f"{path}: missing or unknown format metadata (expected {FORMAT!r})")
+    return meta
+
+
+def load_weights(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[SRNet, dict[str, str]]:
+    """Build the network described by the file's metadata and load its weights (eval mode)."""
+    meta = read_metadata(path)
+    try:
+        cfg = NetConfig(**json.loads(meta["config"]))
+        model = SRNet(cfg)
+    except (KeyError, TypeError, ValueError) as e:
+        raise WeightsError(f"{path}: bad architecture metadata ({e})") from None
+    try:
+        state = load_file(str(path), device=str(map_location))
+    except (SafetensorsError, OSError, ValueError, RuntimeError) as e:
+        raise WeightsError(f"{path}: corrupt tensor data ({e})") from None
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise WeightsError(f"{path}: weights do not match the declared architecture: {e}") from None
+    return model.eval(), meta
+
+
+def resolve_weights(name_or_path: str) -> Path:
+    """A path to a .safetensors file, or the name of a shipped model (e.g. 'asa-base-x2')."""
+    p = Path(name_or_path)
+    if p.suffix == ".safetensors" or p.exists():
+        if not p.is_file():
+            raise WeightsError(f"weights file not found: {p}")
+        return p
+    shipped = WEIGHTS_DIR / f"{name_or_path}.safetensors"
+    if shipped.is_file():
+        return shipped
+    known = ", ".join(sorted(f.stem for f in WEIGHTS_DIR.glob("*.safetensors"))) or "none"
+    raise WeightsError(f"unknown model {name_or_path!r}: not a file and not a shipped model (shipped: {known})")
+
+
+def shipped_models() -> list[Path]:
+    return sorted(WEIGHTS_DIR.glob("*.safetensors"))
