@@ -26,22 +26,34 @@ class CLIError(Exception):
         self.code = code
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sr", description="Image super-resolution with adaptive sparse attention.")
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser for ``command`` (others listed by name only, so `sr --help` imports nothing)."""
+    parser = argparse.ArgumentParser(
+        prog="sr", description="Image super-resolution with adaptive sparse attention."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        if "--help" in sys.argv or "-h" in sys.argv or (len(sys.argv) > 1 and sys.argv[1] == name):
+        if name == command:
             importlib.import_module(f"sr.commands.{module}").add_arguments(p)
     return parser
 
 
+_ARGV: list[str] = []
+
+
+def current_argv() -> list[str]:
+    """The arguments being parsed (sub-commands with lazily imported sub-parsers look at them)."""
+    return _ARGV
+
+
 def main(argv: list[str] | None = None) -> int:
-    if argv is not None:
-        sys.argv = [sys.argv[0], *argv]
-    parser = build_parser()
-    args = parser.parse_args()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _ARGV[:] = argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command)
+    args = parser.parse_args(argv)
     module = importlib.import_module(f"sr.commands.{args._module}")
     try:
         return int(module.run(args) or 0)

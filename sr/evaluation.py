@@ -37,10 +37,18 @@ def list_images(folder: str | Path) -> list[Path]:
 
 
 def load_hr(path: Path) -> np.ndarray:
-    """HR image as uint8 (H, W) for gray files or (H, W, 3) for colour."""
+    """HR image as uint8 (H, W) for gray files or (H, W, 3) for colour (alpha dropped).
+
+    16-bit gray files are scaled to 8 bits (PIL's own conversion would clip them at 255).
+    """
     with Image.open(path) as im:
-        im = im.convert("L") if im.mode in ("L", "I;16", "I", "1") else im.convert("RGB")
-        return np.asarray(im)
+        if im.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+            a = np.asarray(im).astype(np.float64)
+            if im.mode != "I" or a.max() > 255:
+                a = a / 257.0  # 65535 -> 255
+            return np.clip(np.round(a), 0, 255).astype(np.uint8)
+        im = im.convert("L") if im.mode in ("L", "LA", "1") else im.convert("RGB")
+        return np.array(im)
 
 
 def make_lr(hr: np.ndarray, scale: int) -> np.ndarray:
@@ -67,10 +75,33 @@ def score_image(
         sr = bicubic_y_baseline(hr, scale)
         ref = np.round(rgb_to_y(hr)) if hr.ndim == 3 else hr
         return psnr(sr, ref, scale), ssim(sr, ref, scale), sr.astype(np.uint8)
-    lr = make_lr(hr, scale)
-    lr_rgb = np.repeat(lr[:, :, None], 3, axis=2) if lr.ndim == 2 else lr
+    return score_lr(hr, make_lr(hr, scale), upscale, scale, channel, gray_as_rgb)
+
+
+def score_lr(
+    hr: np.ndarray,
+    lr: np.ndarray,
+    upscale: UpscaleFn | None,
+    scale: int,
+    channel: str = "y",
+    gray_as_rgb: bool = False,
+) -> tuple[float, float, np.ndarray]:
+    """Score the upscaled ``lr`` against ``hr`` (uint8 images; ``upscale=None``: RGB bicubic).
+
+    ``hr`` is modcropped and must then be exactly ``scale`` times ``lr``. Returns (psnr, ssim, sr uint8).
+    """
+    hr = modcrop(hr, scale)
+    if hr.ndim == 2 and gray_as_rgb:
+        hr = np.repeat(hr[:, :, None], 3, axis=2)
+    if hr.shape[:2] != (lr.shape[0] * scale, lr.shape[1] * scale):
+        raise ValueError(
+            f"HR {hr.shape[1]}x{hr.shape[0]} (after modcrop) is not {scale} x LR {lr.shape[1]}x{lr.shape[0]}"
+        )
+    lr_rgb = np.repeat(lr[:, :, None], 3, axis=2) if lr.ndim == 2 else lr[:, :, :3]
     sr = imresize(lr_rgb, scale) if upscale is None else upscale(lr_rgb)
     sr = np.clip(np.round(np.asarray(sr, dtype=np.float64)), 0, 255)
+    if sr.shape != hr.shape[:2] + (3,):
+        raise ValueError(f"upscaler returned shape {sr.shape}, expected {hr.shape[:2] + (3,)}")
     if hr.ndim == 2:
         sr = sr.mean(axis=2).round()  # gray in, gray scored: the model's channels averaged back
     return psnr(sr, hr, scale, channel), ssim(sr, hr, scale, channel), sr.astype(np.uint8)
@@ -99,7 +130,8 @@ def model_upscaler(model: torch.nn.Module, device: str | torch.device = "cpu") -
 
     @torch.inference_mode()
     def run(lr: np.ndarray) -> np.ndarray:
-        x = torch.from_numpy(np.ascontiguousarray(lr)).permute(2, 0, 1)[None].float().div(255).to(device)
+        # torch.tensor copies: decoded images are often read-only arrays, which from_numpy warns about
+        x = torch.tensor(lr).permute(2, 0, 1)[None].float().div(255).to(device)
         y = model(x).clamp(0, 1).mul(255)
         return y[0].permute(1, 2, 0).cpu().numpy()
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorsError
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .models import NetConfig, SRNet, count_params
@@ -55,7 +55,7 @@ def read_metadata(path: str | Path) -> dict[str, str]:
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
-    except (SafetensorsError, OSError, ValueError) as e:
+    except (SafetensorError, OSError, ValueError) as e:
         raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
     if meta.get("format") != FORMAT:
         raise WeightsError(f"{path}: missing or unknown format metadata (expected {FORMAT!r})")
@@ -72,7 +72,7 @@ def load_weights(path: str | Path, map_location: str | torch.device = "cpu") -> 
         raise WeightsError(f"{path}: bad architecture metadata ({e})") from None
     try:
         state = load_file(str(path), device=str(map_location))
-    except (SafetensorsError, OSError, ValueError, RuntimeError) as e:
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise WeightsError(f"{path}: corrupt tensor data ({e})") from None
     try:
         model.load_state_dict(state, strict=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from ..cli import current_argv
+
 BENCHMARKS = {
     "attention": "attention family: time and peak memory vs dense, by feature-map size",
     "train": "training-step time per preset and attention kind",
@@ -15,9 +17,12 @@ BENCHMARKS = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="bench", metavar="WHAT", required=True)
+    # Only the chosen benchmark's module is imported (they pull in heavy or optional packages).
+    chosen = next((a for a in current_argv() if a in BENCHMARKS), None)
     for name, help_text in BENCHMARKS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(f"sr.bench.{name}").add_arguments(sp)
+        if name == chosen:
+            importlib.import_module(f"sr.bench.{name}").add_arguments(sp)
 
 
 def run(args: argparse.Namespace) -> int:

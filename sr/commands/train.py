@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         flag = "--" + name.replace("_", "-")
         default = f.default if f.default is not f.default_factory else f.default_factory()  # type: ignore[misc]
         if name in ("train", "val"):
-            p.add_argument(flag, nargs="+", default=None, help=f"folders (default: {default})")
+            p.add_argument(flag, nargs="*", default=None, help=f"folders (default: {default}; empty = none)")
         else:
             kind = {int: int, float: float}.get(type(default), str)
             p.add_argument(flag, type=kind, default=None, help=f"(default: {default})")

@@ -169,7 +169,8 @@ class Trainer:
         self.stop_requested = True
 
     # -- the loop ------------------------------------------------------------------------------
-    def fit(self) -> dict:
+    def fit(self, stop_at: int | None = None) -> dict:
+        """Train to ``cfg.steps`` (or pause at ``stop_at``, as an interrupted run would)."""
         cfg = self.cfg
         pairs, skipped = build_pairs(cfg.train, cfg.scale, cfg.patch, cfg.cache)
         dataset = PatchDataset(pairs, cfg.scale, cfg.patch)
@@ -227,7 +228,7 @@ class Trainer:
                     t_last = time.time()  # validation time is not training time
                 if self.step % cfg.ckpt_every == 0:
                     self.save()
-                if self.stop_requested:
+                if self.stop_requested or self.step == stop_at:
                     break
             self.save()
         finally:

@@ -14,7 +14,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from .common import AttentionBranch, from_regions, pad_to_multiple, to_regions
-from .routing import coarse_topk, gather_regions, rank_mask_bias, region_attention
+from .routing import (
+    coarse_topk,
+    from_head_regions,
+    gather_regions,
+    pooled_topk,
+    rank_mask_bias,
+    region_attention,
+    region_means,
+    tiered_attention,
+    to_head_regions,
+)
 
 
 class BudgetGate(nn.Module):
@@ -32,10 +42,11 @@ class BudgetGate(nn.Module):
         nn.init.constant_(self.net[-1].bias, 0.5413)  # softplus(0.5413) = 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float()
+        x = x.float()  # statistics in fp32: E[x^2] - E[x]^2 cancels badly in half precision
         mean = F.avg_pool2d(x, self.region)  # (B, C, Hr, Wr)
         var = (F.avg_pool2d(x * x, self.region) - mean * mean).clamp_min(0)
-        return F.softplus(self.net(torch.cat([mean, var], 1)))  # (B, 1, Hr, Wr), > 0
+        stats = torch.cat([mean, var], 1).to(self.net[0].weight.dtype)  # a no-op for fp32 weights
+        return F.softplus(self.net(stats).float())  # (B, 1, Hr, Wr), > 0
 
 
 class AdaptiveSparseAttention(AttentionBranch):
@@ -67,25 +78,45 @@ class AdaptiveSparseAttention(AttentionBranch):
     def attend(self, q, k, v, x, aux):
         b, c, h, w = q.shape
         p = self.region
+        if self.training and torch.is_grad_enabled():
+            out, k_map = self._attend_train(q, k, v, x)
+        else:
+            out, k_map = self._attend_infer(q, k, v, x, aux)
+        if aux is not None:
+            aux.setdefault("budget_maps", []).append(
+                F.interpolate(k_map, scale_factor=p, mode="nearest")[:, :, :h, :w]
+            )
+            aux["budget_loss"] = aux.get("budget_loss", 0.0) + (k_map.mean() / self.budget - 1) ** 2
+        return out[:, :, :h, :w]
+
+    def _attend_train(self, q, k, v, x):
+        """Soft path on (B, N, P, C) region tokens; returns (padded output map, continuous k map)."""
+        p = self.region
         qkv, _, _ = pad_to_multiple(torch.cat([q, k, v], 1), p)
         xp, _, _ = pad_to_multiple(x, p)
         hp, wp = qkv.shape[-2:]
         qr, kr, vr = (to_regions(t, p) for t in qkv.chunk(3, dim=1))  # (B, N, P, C)
         n = qr.shape[1]
         k_map = self.allocate(xp, n)  # (B, 1, Hr, Wr)
-        k_max = min(self.k_max, n)
-        idx = coarse_topk(qr, kr, k_max)  # (B, N, k_max), best first
-        if self.training and torch.is_grad_enabled():
-            out = self._soft(qr, kr, vr, idx, k_map.flatten(1))
-        else:
-            k_map = (k_map + 0.5).floor()  # hard integer budgets
-            out = self._tiered(qr, kr, vr, idx, k_map.flatten(1).long())
+        idx = coarse_topk(qr, kr, min(self.k_max, n))  # (B, N, k_max), best first
+        out = self._soft(qr, kr, vr, idx, k_map.flatten(1))
+        return from_regions(out, hp, wp, p), k_map
+
+    def _attend_infer(self, q, k, v, x, aux):
+        """Hard path: integer k per region, tiers in the head-major layout; returns (map, k map)."""
+        p = self.region
+        # Padding each tensor separately equals padding their concatenation, without the copy.
+        q, k, v, xp = (pad_to_multiple(t, p)[0] for t in (q, k, v, x))
+        b, _, hp, wp = q.shape
+        n = (hp // p) * (wp // p)
+        k_map = (self.allocate(xp, n) + 0.5).floor()  # hard integer budgets, (B, 1, Hr, Wr)
+        qh, kh, vh = (to_head_regions(t, p, self.heads) for t in (q, k, v))  # (heads, B*N, P, d)
+        idx = pooled_topk(region_means(qh, b), region_means(kh, b), min(self.k_max, n))
+        stats: dict = {}
+        out = self._tiered(qh, kh, vh, idx, k_map.flatten(1).long(), stats)
         if aux is not None:
-            aux.setdefault("budget_maps", []).append(
-                F.interpolate(k_map, scale_factor=p, mode="nearest")[:, :, :h, :w]
-            )
-            aux["budget_loss"] = aux.get("budget_loss", 0.0) + (k_map.mean() / self.budget - 1) ** 2
-        return from_regions(out, hp, wp, p)[:, :, :h, :w]
+            aux.setdefault("gathered_regions", []).append(stats["gathered"])
+        return from_head_regions(out, b, hp, wp, p), k_map
 
     def _soft(self, qr, kr, vr, idx, k_cont):
         """Training: all k_max regions gathered, rank r weighted by clamp(k - r, 0, 1)."""
@@ -102,17 +133,6 @@ class AdaptiveSparseAttention(AttentionBranch):
         # k -> 0 fades the whole branch out, so a budget of 0 means "no attention here".
         return out * weights[..., :1, None].to(out.dtype)
 
-    def _tiered(self, qr, kr, vr, idx, k_int):
-        """Inference: regions grouped by their integer k; tier t gathers exactly t regions."""
-        b, n, pp, c = qr.shape
-        out = qr.new_zeros(b, n, pp, c)  # k = 0 regions stay zero: attention skipped
-        for t in torch.unique(k_int).tolist():
-            if t == 0:
-                continue
-            bsel, nsel = (k_int == t).nonzero(as_tuple=True)  # (M,), (M,)
-            ids = idx[bsel, nsel, :t]  # (M, t)
-            out[bsel, nsel] = region_attention(
-                qr[bsel, nsel], gather_regions(kr, bsel[:, None], ids), gather_regions(vr, bsel[:, None], ids),
-                self.heads,
-            )
-        return out
+    def _tiered(self, qh, kh, vh, idx, k_int, stats: dict | None = None):
+        """Inference: regions grouped by their integer k; tier t gathers exactly t key regions."""
+        return tiered_attention(qh, kh, vh, idx, k_int, stats=stats)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
-from .common import AttentionBranch, merge_heads, split_heads
+from .common import AttentionBranch
 
 
 class DenseAttention(AttentionBranch):
     def attend(self, q, k, v, x, aux):
         b, c, h, w = q.shape
-        # (B, C, H, W) -> (B, heads, HW, d)
-        q, k, v = (split_heads(t.flatten(2).transpose(1, 2), self.heads) for t in (q, k, v))
+        d = c // self.heads
+        # (B, C, H, W) -> (B, heads, HW, d), contiguous: SDPA's fused (flash) CPU kernel needs a unit
+        # stride in d, otherwise it falls back to the math path that materialises the (HW)^2 matrix.
+        q, k, v = (t.reshape(b, self.heads, d, h * w).transpose(2, 3).contiguous() for t in (q, k, v))
         out = F.scaled_dot_product_attention(q, k, v)  # (B, heads, HW, d)
-        return merge_heads(out).transpose(1, 2).reshape(b, c, h, w)
+        return out.transpose(2, 3).reshape(b, c, h, w)

@@ -4,29 +4,26 @@ from __future__ import annotations
 
 import torch
 
-from .common import AttentionBranch, from_regions, pad_to_multiple, to_regions
-from .routing import coarse_topk, gather_regions, region_attention
+from .common import AttentionBranch, pad_to_multiple
+from .routing import from_head_regions, pooled_topk, region_means, tiered_attention, to_head_regions
 
 
 class TopkAttention(AttentionBranch):
-    def __init__(self, dim: int, heads: int, region: int = 4, k: int = 4, positional: bool = True, stride: int = 1
-    ):
+    def __init__(
+        self, dim: int, heads: int, region: int = 4, k: int = 4, positional: bool = True, stride: int = 1
+    ) -> None:
         super().__init__(dim, heads, positional, stride)
         self.region, self.k = region, k
 
     def attend(self, q, k, v, x, aux):
         b, c, h, w = q.shape
         p = self.region
-        qkv, _, _ = pad_to_multiple(torch.cat([q, k, v], 1), p)
-        hp, wp = qkv.shape[-2:]
-        qr, kr, vr = (to_regions(t, p) for t in qkv.chunk(3, dim=1))  # (B, N, P, C)
-        n = qr.shape[1]
-        idx = coarse_topk(qr, kr, min(self.k, n))  # (B, N, k)
-        bi = torch.arange(b, device=q.device)[:, None, None]
-        out = region_attention(
-            qr.reshape(b * n, p * p, c),
-            gather_regions(kr, bi, idx).flatten(0, 1),  # (B*N, k, P, C)
-            gather_regions(vr, bi, idx).flatten(0, 1),
-            self.heads,
-        )
-        return from_regions(out.view(b, n, p * p, c), hp, wp, p)[:, :, :h, :w]
+        q, k, v = (pad_to_multiple(t, p)[0] for t in (q, k, v))
+        hp, wp = q.shape[-2:]
+        n = (hp // p) * (wp // p)
+        kk = min(self.k, n)
+        qh, kh, vh = (to_head_regions(t, p, self.heads) for t in (q, k, v))  # (heads, B*N, P, d)
+        idx = pooled_topk(region_means(qh, b), region_means(kh, b), kk)  # (B, N, k), best first
+        k_int = torch.full((b, n), kk, dtype=torch.long, device=q.device)  # one tier: every region
+        out = tiered_attention(qh, kh, vh, idx, k_int)
+        return from_head_regions(out, b, hp, wp, p)[:, :, :h, :w]

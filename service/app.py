@@ -1,0 +1,286 @@
+"""FastAPI app: a thin HTTP layer over :class:`sr.inference.Upscaler` and :mod:`sr.io`.
+
+``create_app(settings)`` builds an app (tests use their own settings); ``app`` is the one built
+from ``SR_*`` environment variables, for ``uvicorn service.app:app``.
+
+Status codes (errors are JSON ``{"detail": "..."}``):
+  400 empty upload, corrupt or truncated image      401 API key missing or wrong (when configured)
+  413 upload over the byte limit / image over the pixel limit
+  415 not an image at all, or an animated image     422 bad field: unknown model, scale, format...
+  503 model still loading, or workers and queue full (with Retry-After)
+  504 the request ran past the time limit
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Request, Security, UploadFile
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.security import APIKeyHeader
+from fastapi.staticfiles import StaticFiles
+
+from sr.inference import UpscaleError
+
+from .hub import ModelHub, UnknownModelError
+from .jobs import JobPool, JobTimeoutError, QueueFullError
+from .limits import ApiKeyMiddleware, BodyLimitMiddleware
+from .pipeline import JobRequest, download_name, http_error, run_job
+from .settings import Settings
+
+log = logging.getLogger("sr.service")
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+MIME = {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp"}
+EXPOSED_HEADERS = ["Server-Timing", "X-Model", "X-Scale", "X-Image-Size", "X-Budget-Max",
+                   "Content-Disposition"]
+
+
+@dataclass
+class Service:
+    settings: Settings
+    hub: ModelHub
+    pool: JobPool
+
+
+# --- dependencies ---------------------------------------------------------------------------
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.service.settings
+
+
+def get_service(request: Request) -> Service:
+    return request.app.state.service
+
+
+api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False,
+                              description="required only when the server is started with an API key")
+
+
+API_KEY_DETAIL = "missing or wrong API key (send it in the X-API-Key header)"
+
+
+def require_api_key(
+    settings: Annotated[Settings, Depends(get_settings)],
+    key: Annotated[str | None, Security(api_key_header)],
+) -> None:
+    # ApiKeyMiddleware already refused keyless requests before their body was read; this
+    # dependency documents the key in OpenAPI and guards routes should the middleware be removed.
+    if settings.api_key is None:
+        return
+    if key is None or not secrets.compare_digest(key.encode(), settings.api_key.encode()):
+        raise HTTPException(401, detail=API_KEY_DETAIL, headers={"WWW-Authenticate": "ApiKey"})
+
+
+def require_ready(service: Annotated[Service, Depends(get_service)]) -> None:
+    if service.hub.state == "loading":
+        raise HTTPException(503, detail="model is still loading; retry shortly", headers={"Retry-After": "2"})
+    if service.hub.state == "failed":
+        raise HTTPException(503, detail=f"model failed to load: {service.hub.error}",
+                            headers={"Retry-After": "60"})
+
+
+# --- API --------------------------------------------------------------------------------------
+
+v1 = APIRouter(prefix="/v1", tags=["v1"], dependencies=[Depends(require_api_key)])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"description": text, "content": {"application/json": {"example": {"detail": "..."}}}}
+    for code, text in {
+        400: "empty upload, or a corrupt / truncated image",
+        401: "API key missing or wrong (only when the server has one)",
+        413: "upload over the byte limit, or image over the pixel limit",
+        415: "not an image, or an animated image",
+        422: "bad field: unknown model, unavailable scale, bad format or quality",
+        503: "model loading, or server busy (see Retry-After)",
+        504: "request took longer than the server's time limit",
+    }.items()
+}
+
+
+@v1.post(
+    "/upscale",
+    response_class=Response,
+    dependencies=[Depends(require_ready)],
+    responses={200: {"description": "the upscaled image (or the budget-map PNG)",
+                     "content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}}, **_ERRORS},
+    summary="Upscale one image",
+)
+async def upscale(
+    service: Annotated[Service, Depends(get_service)],
+    file: Annotated[UploadFile, File(description="the image (PNG, JPEG, WebP, BMP, TIFF, GIF...)")],
+    scale: Annotated[int | None, Form(description="model scale 2, 3 or 4 (default: the smallest)")] = None,
+    outscale: Annotated[float | None, Form(gt=0, le=16, description="final factor, any real number")] = None,
+    width: Annotated[int | None, Form(ge=1, le=65536, description="output width in pixels")] = None,
+    height: Annotated[int | None, Form(ge=1, le=65536, description="output height in pixels")] = None,
+    model: Annotated[str | None, Form(max_length=128, description="a name from GET /v1/models")] = None,
+    fmt: Annotated[Literal["png", "jpg", "jpeg", "webp", "same"],
+                   Form(alias="format", description="output format; same: the upload's, else PNG")] = "same",
+    quality: Annotated[int, Form(ge=1, le=100, description="JPEG/WebP quality")] = 95,
+    budget_map: Annotated[bool, Form(description="return the attention-budget heat-map PNG instead")] = False,
+) -> Response:
+    start = time.perf_counter()
+    settings, hub = service.settings, service.hub
+    try:
+        family, implied = hub.resolve(model)
+    except UnknownModelError as e:
+        raise HTTPException(422, detail=str(e)) from None
+    try:
+        engine = hub.engine(family)
+    except UpscaleError as e:  # a listed model whose file is unusable: the server's fault, not the client's
+        raise HTTPException(503, detail=f"model {family} is unavailable: {e}") from None
+    if implied is not None and scale is not None and scale != implied:
+        raise HTTPException(422, detail=f"model {model!r} is a x{implied} model but scale={scale} was asked")
+    scale = scale if scale is not None else implied
+    if scale is not None and scale not in engine.scales:
+        raise HTTPException(422, detail=f"scale {scale} is not available for model {family} "
+                                        f"(available: {', '.join(map(str, engine.scales))})")
+
+    data = await file.read()
+    if not data:
+        raise HTTPException(400, detail="the uploaded file is empty")
+    if len(data) > settings.max_upload_bytes:
+        raise HTTPException(413, detail=f"upload too large: {len(data)} bytes, the limit is "
+                                        f"{settings.max_upload_bytes} bytes")
+    job = JobRequest(data=data, scale=scale, outscale=outscale, width=width, height=height, fmt=fmt,
+                     quality=quality, budget_map=budget_map, max_pixels=settings.max_pixels,
+                     budget_k_max=hub.budget_k_max(family) if budget_map else None)
+    try:
+        result = await service.pool.run(run_job, engine, job, timeout=settings.timeout_s)
+    except QueueFullError as e:
+        raise HTTPException(503, detail=str(e), headers={"Retry-After": str(e.retry_after)}) from None
+    except JobTimeoutError as e:
+        raise HTTPException(504, detail=str(e)) from None
+    except Exception as e:  # noqa: BLE001 - mapped to a 4xx when the input is at fault, else 500
+        error = http_error(e, data)
+        if error is None:
+            raise
+        raise error from None
+
+    timings = {**result.timings_ms, "total": (time.perf_counter() - start) * 1e3}
+    if budget_map:
+        suffix = "_budget"
+    elif width or height:
+        suffix = f"_{result.size[0]}x{result.size[1]}"
+    else:
+        suffix = f"_x{outscale:g}" if outscale else f"_x{result.scale}"
+    name = download_name(file.filename, suffix, result.fmt)
+    headers = {
+        "Content-Disposition": f'attachment; filename="{name}"',
+        "Server-Timing": ", ".join(f"{k};dur={v:.1f}" for k, v in timings.items()),
+        "X-Model": result.model,
+        "X-Scale": str(result.scale),
+        "X-Image-Size": f"{result.size[0]}x{result.size[1]}",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-store",
+    }
+    if budget_map and job.budget_k_max:
+        headers["X-Budget-Max"] = f"{job.budget_k_max:g}"  # the heat map's brightest colour
+    return Response(content=result.body, media_type=MIME[result.fmt], headers=headers)
+
+
+@v1.get("/models", summary="Models offered, with scales, parameters and Set5 PSNR")
+def models(service: Annotated[Service, Depends(get_service)]) -> dict[str, Any]:
+    hub = service.hub
+    families = [{"name": f, "scales": s, "default": f == hub.default} for f, s in hub.families().items()]
+    return {
+        "default": hub.default,
+        "families": families,
+        "models": hub.catalog(),
+    }
+
+
+# --- app --------------------------------------------------------------------------------------
+
+def _validation_message(errors: list[dict[str, Any]]) -> str:
+    parts = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "header")]
+        parts.append(f"{'.'.join(loc) or 'request'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    content = {"detail": _validation_message(errors), "errors": jsonable_encoder(errors, exclude={"input"})}
+    return JSONResponse(status_code=422, content=content)
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONResponse(status_code=500, content={"detail": f"internal server error ({type(exc).__name__})"})
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan protocol
+        service = Service(settings=settings, hub=ModelHub(settings),
+                          pool=JobPool(settings.workers, settings.max_queue))
+        app.state.service = service
+        # Load in the background so /healthz answers at once and /readyz says 503 until loaded.
+        threading.Thread(target=service.hub.load_default, name="sr-load", daemon=True).start()
+        try:
+            yield
+        finally:
+            service.pool.shutdown()
+
+    app = FastAPI(
+        title="sr: image super-resolution",
+        description="Upscale images with an adaptive-sparse-attention network. Web page at `/`.",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(Exception, _on_unexpected)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.body_limit,
+                       detail=f"upload too large: the limit is {settings.max_upload_bytes} bytes "
+                              f"({settings.max_upload_bytes / 2**20:.1f} MiB)")
+    if settings.api_key is not None:
+        app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key, detail=API_KEY_DETAIL)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                           allow_methods=["GET", "POST"], allow_headers=["X-API-Key"],
+                           expose_headers=EXPOSED_HEADERS)
+    app.include_router(v1)
+
+    @app.get("/healthz", tags=["ops"], summary="Liveness: the process answers")
+    def healthz(service: Annotated[Service, Depends(get_service)]) -> dict[str, Any]:
+        return {"status": "ok", "model_state": service.hub.state, "jobs": service.pool.stats()}
+
+    @app.get("/readyz", tags=["ops"], summary="Readiness: the model is loaded (503 until then)",
+             responses={503: _ERRORS[503]})
+    def readyz(service: Annotated[Service, Depends(get_service)]) -> JSONResponse:
+        info = service.hub.describe()
+        if not service.hub.ready:
+            info["detail"] = ("model is still loading" if service.hub.state == "loading"
+                              else f"model failed to load: {service.hub.error}")
+            return JSONResponse(info, status_code=503, headers={"Retry-After": "2"})
+        return JSONResponse({"status": "ready", **info})
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    # `service.app:app` for uvicorn, built from the environment on first access (not at import,
+    # so importing create_app never reads SR_* variables).
+    if name == "app":
+        built = create_app()
+        globals()["app"] = built
+        return built
+    raise AttributeError(name)

@@ -1,0 +1,128 @@
+"""Request guards as plain ASGI middleware: they act before the request body is read.
+
+:class:`BodyLimitMiddleware`: a declared ``Content-Length`` over the limit is refused without
+reading a byte. Otherwise (chunked uploads, or a lying header) bytes are counted as they arrive and
+reading stops at the first chunk past the limit, so an oversized upload never sits in memory or in
+a spool file.
+
+:class:`ApiKeyMiddleware`: FastAPI parses a form body before it runs dependencies, so without this
+a client with no key could still make the server take in a whole upload before its 401.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class UploadTooLarge(HTTPException):
+    """Raised from ``receive``; FastAPI re-raises HTTPExceptions from body parsing unchanged."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(status_code=413, detail=detail)
+
+
+class BodyLimitMiddleware:
+    def __init__(self, app: ASGIApp, max_bytes: int, detail: str | None = None) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.detail = detail or f"upload too large: the limit is {max_bytes} bytes"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(send)
+            return
+
+        received = 0
+        exceeded = False
+        started = False     # the app's response went out
+        replaced = False    # we answered 413 in place of the app's response
+
+        async def limited_receive() -> Message:
+            nonlocal received, exceeded
+            if exceeded:
+                raise UploadTooLarge(self.detail)
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    exceeded = True
+                    raise UploadTooLarge(self.detail)
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started, replaced
+            if replaced:
+                return
+            if message["type"] == "http.response.start" and exceeded and message["status"] != 413:
+                # Some layer turned our exception into another error (e.g. a generic 400): say 413.
+                replaced = True
+                await self._refuse(send)
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except UploadTooLarge:
+            if started or replaced:
+                raise
+            await self._refuse(send)
+
+    async def _refuse(self, send: Send) -> None:
+        await send_json_error(send, 413, self.detail)
+
+
+class ApiKeyMiddleware:
+    """401 for requests under ``prefix`` without the right ``X-API-Key``, before any body is read."""
+
+    def __init__(self, app: ASGIApp, api_key: str, detail: str, prefix: str = "/v1/") -> None:
+        self.app = app
+        self.key = api_key.encode()
+        self.detail = detail
+        self.prefix = prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path", "").startswith(self.prefix) \
+                and scope.get("method") != "OPTIONS":  # CORS preflights carry no key
+            given = next((v for k, v in scope.get("headers", []) if k == b"x-api-key"), b"")
+            if not secrets.compare_digest(given, self.key):
+                await send_json_error(send, 401, self.detail, [(b"www-authenticate", b"ApiKey")])
+                return
+        await self.app(scope, receive, send)
+
+
+async def send_json_error(send: Send, status: int, detail: str,
+                          headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            # The request body (if any) is never read: the connection cannot be reused.
+            (b"connection", b"close"),
+            *(headers or []),
+        ],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+def _content_length(scope: Scope) -> int | None:
+    for key, value in scope.get("headers", []):
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

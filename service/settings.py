@@ -1,0 +1,123 @@
+"""Service settings: defaults, overridden by ``SR_*`` environment variables, overridden by flags.
+
+One frozen :class:`Settings` object is built at start-up and handed to the app; request handlers
+get it through the :func:`service.app.get_settings` dependency (never from globals), so tests can
+build an app with any limits they need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# Multipart boundaries and the small form fields ride on top of the file itself.
+FORM_OVERHEAD_BYTES = 64 * 1024
+
+
+class SettingsError(ValueError):
+    """A setting (flag or environment variable) with an unusable value."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str = "asa-base"                   # family name in weights_dir, or a .safetensors path
+    device: str = "auto"                      # auto | cpu | cuda | cuda:N | mps
+    workers: int = 1                          # inference jobs running at once (threads, one model)
+    max_queue: int = 4                        # jobs allowed to wait for a worker; more -> 503
+    max_upload_bytes: int = 20 * 2**20        # size of the uploaded file
+    max_pixels: int = 16 * 2**20              # input pixels (decompression-bomb guard)
+    timeout_s: float = 120.0                  # per request, queue wait included -> 504
+    api_key: str | None = None                # when set, /v1/* need header X-API-Key
+    cors_origins: tuple[str, ...] = ()        # empty: no CORS headers at all
+    weights_dir: Path | None = None           # None: the package's weights/ folder
+    threads: int | None = None                # torch intra-op threads (None: torch's default)
+    tile: int | str = "auto"                  # engine tile size: auto, pixels, or 0 (off)
+    preload: bool = True                      # load and warm every scale of the model at start-up
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.workers >= 1, f"workers must be >= 1, got {self.workers}"),
+            (self.max_queue >= 0, f"max queue must be >= 0, got {self.max_queue}"),
+            (self.max_upload_bytes >= 1, f"max upload bytes must be >= 1, got {self.max_upload_bytes}"),
+            (self.max_pixels >= 1, f"max pixels must be >= 1, got {self.max_pixels}"),
+            (self.timeout_s > 0, f"timeout must be > 0 seconds, got {self.timeout_s}"),
+            (self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}"),
+            (bool(self.model), "model must not be empty"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SettingsError(message)
+        if self.api_key == "":
+            object.__setattr__(self, "api_key", None)
+
+    @property
+    def body_limit(self) -> int:
+        """Largest request body accepted: the file limit plus room for the form around it."""
+        return self.max_upload_bytes + FORM_OVERHEAD_BYTES
+
+    def replace(self, **changes: object) -> Settings:
+        """A copy with ``changes`` applied; ``None`` values are ignored (an unset flag)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for name, (var, parse) in ENV.items():
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
+                continue
+            try:
+                values[name] = parse(raw.strip())
+            except ValueError as e:
+                raise SettingsError(f"{var}={raw!r}: {e}") from None
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _int(raw: str) -> int:
+    return int(raw)
+
+
+def _bool(raw: str) -> bool:
+    low = raw.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true/false")
+
+
+def parse_tile(raw: str) -> int | str:
+    """'auto', a size in pixels, or 0 for no tiling ('off' / 'none')."""
+    if raw.lower() == "auto":
+        return "auto"
+    if raw.lower() in ("none", "off"):
+        return 0
+    value = int(raw)
+    if value < 0:
+        raise ValueError("tile must be 'auto', 0 (off) or a size in pixels")
+    return value
+
+
+def parse_origins(raw: str) -> tuple[str, ...]:
+    return tuple(o.strip() for o in raw.split(",") if o.strip())
+
+
+ENV: dict[str, tuple[str, Callable[[str], object]]] = {
+    "model": ("SR_MODEL", str),
+    "device": ("SR_DEVICE", str),
+    "workers": ("SR_WORKERS", _int),
+    "max_queue": ("SR_MAX_QUEUE", _int),
+    "max_upload_bytes": ("SR_MAX_UPLOAD_BYTES", _int),
+    "max_pixels": ("SR_MAX_PIXELS", _int),
+    "timeout_s": ("SR_TIMEOUT_S", float),
+    "api_key": ("SR_API_KEY", str),
+    "cors_origins": ("SR_CORS_ORIGINS", parse_origins),
+    "weights_dir": ("SR_WEIGHTS_DIR", Path),
+    "threads": ("SR_THREADS", _int),
+    "tile": ("SR_TILE", parse_tile),
+    "preload": ("SR_PRELOAD", _bool),
+}

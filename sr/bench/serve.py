@@ -1,0 +1,317 @@
+"""``sr bench serve``: a bounded load test of the HTTP service on loopback.
+
+Starts its own ``sr serve`` on a free 127.0.0.1 port, sends a fixed number of uploads from a fixed
+number of concurrent clients (a deterministic mix of valid images and bad requests), and reports
+throughput, p50/p95 latency, the status-code counts, the server's resident memory over the run
+(sampled from /proc/PID/status) and whether it is still healthy afterwards. Nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..cli import CLIError
+
+MAX_REQUESTS = 10_000
+MAX_CONCURRENCY = 64
+HOST = "127.0.0.1"  # loopback only, by design
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="asa-base", help="model family to serve (default: asa-base)")
+    p.add_argument("--weights-dir", default=None, help="weights folder (default: the package weights/)")
+    p.add_argument("--tiny", action="store_true",
+                   help="serve random-init asa-small-x2 weights from a temp folder (no weights needed)")
+    p.add_argument("--requests", type=int, default=200, help=f"requests to send (max {MAX_REQUESTS})")
+    p.add_argument("--concurrency", type=int, default=8, help=f"clients in flight (max {MAX_CONCURRENCY})")
+    p.add_argument("--size", type=int, default=64, help="side of the valid test images (default 64)")
+    p.add_argument("--invalid", type=float, default=0.25, help="fraction of bad requests (default 0.25)")
+    p.add_argument("--device", default="cpu", help="server device (default cpu)")
+    p.add_argument("--workers", type=int, default=1, help="server inference workers (default 1)")
+    p.add_argument("--queue", type=int, default=None, help="server queue (default: concurrency)")
+    p.add_argument("--threads", type=int, default=None, help="server torch threads")
+    p.add_argument("--max-seconds", type=float, default=600, help="stop sending after this (default 600)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+# --- payloads ---------------------------------------------------------------------------------
+
+def _image_bytes(size: int, fmt: str, seed: int) -> bytes:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:size, 0:size] / max(size - 1, 1)
+    base = np.stack([x, y, (x + y) / 2], axis=-1) * 200 + rng.normal(0, 12, (size, size, 3))
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(base, 0, 255).astype(np.uint8)).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def payloads(size: int) -> dict[str, tuple[str, bytes, dict[str, str], int]]:
+    """kind -> (file name, bytes, form fields, expected status)."""
+    png, jpg = _image_bytes(size, "PNG", 1), _image_bytes(size, "JPEG", 2)
+    return {
+        "png": ("bench.png", png, {"format": "png"}, 200),
+        "jpg": ("bench.jpg", jpg, {"format": "same"}, 200),
+        "empty": ("empty.png", b"", {}, 400),
+        "not-image": ("notes.png", b"this is not an image\n" * 20, {}, 415),
+        "truncated": ("cut.png", png[: len(png) // 2], {}, 400),
+        "bad-scale": ("bench.png", png, {"scale": "7"}, 422),
+        "bad-model": ("bench.png", png, {"model": "no-such-model"}, 422),
+    }
+
+
+def schedule(n: int, invalid: float) -> list[str]:
+    """A deterministic interleaving: every 1/invalid-th request is bad, cycling through the bad kinds."""
+    valid, bad = ["png", "jpg"], ["empty", "not-image", "truncated", "bad-scale", "bad-model"]
+    kinds, owed, v, b = [], 0.0, 0, 0
+    for _ in range(n):
+        owed += invalid
+        if owed >= 1.0:
+            owed -= 1.0
+            kinds.append(bad[b % len(bad)])
+            b += 1
+        else:
+            kinds.append(valid[v % len(valid)])
+            v += 1
+    return kinds
+
+
+# --- server -----------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def rss_bytes(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pid: int, every: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.every, self.samples = pid, every, []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            rss = rss_bytes(self.pid)
+            if rss is not None:
+                self.samples.append(rss)
+            self._halt.wait(self.every)
+
+    def stop(self) -> list[int]:
+        self._halt.set()
+        self.join()
+        return self.samples
+
+
+def start_server(args: argparse.Namespace, weights_dir: str | None, model: str, port: int,
+                 log: io.TextIOBase) -> subprocess.Popen:
+    queue = args.queue if args.queue is not None else args.concurrency
+    cmd = [sys.executable, "-m", "sr", "serve", "--host", HOST, "--port", str(port), "--model", model,
+           "--device", args.device, "--workers", str(args.workers), "--queue", str(queue),
+           "--log-level", "warning"]
+    if weights_dir:
+        cmd += ["--weights-dir", weights_dir]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CLIError(f"the server exited with code {proc.returncode} before it was ready")
+        try:
+            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise CLIError(f"the server was not ready after {timeout:.0f} s")
+
+
+# --- load -------------------------------------------------------------------------------------
+
+async def _load(base: str, kinds: list[str], bodies: dict, concurrency: int,
+                max_seconds: float) -> list[tuple]:
+    import httpx
+
+    results: list[tuple[str, int | str, float]] = []
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for k in kinds:
+        queue.put_nowait(k)
+    deadline = time.monotonic() + max_seconds
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async with httpx.AsyncClient(base_url=base, timeout=max(60.0, max_seconds), limits=limits) as client:
+        async def worker() -> None:
+            while not queue.empty() and time.monotonic() < deadline:
+                kind = queue.get_nowait()
+                name, data, fields, _ = bodies[kind]
+                t0 = time.perf_counter()
+                try:
+                    r = await client.post("/v1/upscale", files={"file": (name, data)}, data=fields)
+                    status: int | str = r.status_code
+                except httpx.HTTPError as e:
+                    status = f"error:{type(e).__name__}"
+                results.append((kind, status, time.perf_counter() - t0))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return results
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def summarize(results: list[tuple], elapsed: float, bodies: dict, rss: list[int], rss_base: int | None,
+              healthy: bool) -> dict[str, Any]:
+    lat_all = [t * 1e3 for _, _, t in results]
+    lat_ok = [t * 1e3 for _, s, t in results if s == 200]
+    counts = Counter(str(s) for _, s, _ in results)
+    unexpected = Counter(f"{k}:{s}" for k, s, _ in results if s != bodies[k][3] and s != 503)
+    end = rss[-1] if rss else None
+    growth = (end - rss_base) if (end is not None and rss_base is not None) else None
+    flat = growth is not None and growth <= max(32 * 2**20, 0.10 * rss_base)
+    return {
+        "requests": len(results),
+        "seconds": round(elapsed, 3),
+        "throughput_rps": round(len(results) / elapsed, 2) if elapsed > 0 else None,
+        "latency_ms": {"p50": _round(_pct(lat_all, 50)), "p95": _round(_pct(lat_all, 95)),
+                       "p50_ok": _round(_pct(lat_ok, 50)), "p95_ok": _round(_pct(lat_ok, 95))},
+        "status_counts": dict(sorted(counts.items())),
+        "unexpected": dict(unexpected),
+        "rss_mb": {"after_warmup": _mb(rss_base), "end": _mb(end), "max": _mb(max(rss) if rss else None),
+                   "growth": _mb(growth), "flat": flat},
+        "healthy_after": healthy,
+    }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
+
+
+def _mb(x: int | float | None) -> float | None:
+    return None if x is None else round(x / 2**20, 1)
+
+
+def _make_tiny_weights(folder: Path) -> None:
+    import torch
+
+    from ..models import build_model
+    from ..weights import save_weights
+
+    torch.manual_seed(0)
+    save_weights(build_model("asa-small-x2"), folder / "asa-small-x2.safetensors", preset="asa-small")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.requests <= MAX_REQUESTS:
+        raise CLIError(f"--requests must be 1..{MAX_REQUESTS}")
+    if not 1 <= args.concurrency <= MAX_CONCURRENCY:
+        raise CLIError(f"--concurrency must be 1..{MAX_CONCURRENCY}")
+    if not 0 <= args.invalid <= 1:
+        raise CLIError("--invalid must be between 0 and 1")
+    if not 8 <= args.size <= 2048:
+        raise CLIError("--size must be 8..2048")
+    if not 0 < args.max_seconds <= 3600:
+        raise CLIError("--max-seconds must be in (0, 3600]")
+    import httpx
+
+    with tempfile.TemporaryDirectory(prefix="sr-bench-serve-") as tmp:
+        weights_dir, model = args.weights_dir, args.model
+        if args.tiny:
+            _make_tiny_weights(Path(tmp))
+            weights_dir, model = tmp, "asa-small"
+        port = free_port()
+        base = f"http://{HOST}:{port}"
+        log_path = Path(tmp) / "server.log"
+        with open(log_path, "w") as log:
+            proc = start_server(args, weights_dir, model, port, log)
+        try:
+            try:
+                wait_ready(proc, base, timeout=180)
+            except CLIError as e:
+                tail = log_path.read_text()[-2000:]
+                raise CLIError(f"{e}\n--- server log ---\n{tail}") from None
+            bodies = payloads(args.size)
+            # Warm-up: one round of valid requests at full concurrency, so the baseline RSS
+            # includes every worker's buffers; growth after that would be a leak.
+            asyncio.run(_load(base, ["png", "jpg"] * args.concurrency, bodies, args.concurrency, 120))
+            rss_base = rss_bytes(proc.pid)
+            sampler = RssSampler(proc.pid)
+            sampler.start()
+            kinds = schedule(args.requests, args.invalid)
+            t0 = time.perf_counter()
+            results = asyncio.run(_load(base, kinds, bodies, args.concurrency, args.max_seconds))
+            elapsed = time.perf_counter() - t0
+            rss = sampler.stop()
+            try:
+                healthy = (proc.poll() is None and httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+                           and httpx.get(f"{base}/readyz", timeout=5).status_code == 200)
+            except httpx.HTTPError:
+                healthy = False
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    report = summarize(results, elapsed, bodies, rss, rss_base, healthy)
+    report.update(model=model if not args.tiny else "asa-small-x2 (random init)", device=args.device,
+                  concurrency=args.concurrency, workers=args.workers, image=f"{args.size}x{args.size}",
+                  invalid_fraction=args.invalid, cpu_count=os.cpu_count())
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_table(report)
+    ok = healthy and not report["unexpected"] and report["requests"] == args.requests
+    return 0 if ok else 1
+
+
+def _print_table(r: dict[str, Any]) -> None:
+    lat, rss = r["latency_ms"], r["rss_mb"]
+    print(f"model {r['model']} on {r['device']}, {r['workers']} worker(s), {r['concurrency']} concurrent "
+          f"clients, {r['image']} images, {r['invalid_fraction']:.0%} bad requests")
+    print(f"requests      {r['requests']} in {r['seconds']:.1f} s = {r['throughput_rps']} req/s")
+    print(f"latency ms    p50 {lat['p50']}  p95 {lat['p95']}   "
+          f"(200s only: p50 {lat['p50_ok']}  p95 {lat['p95_ok']})")
+    print("status        " + "  ".join(f"{k}: {v}" for k, v in r["status_counts"].items()))
+    if r["unexpected"]:
+        print("UNEXPECTED    " + "  ".join(f"{k}: {v}" for k, v in r["unexpected"].items()))
+    print(f"server RSS MB after warm-up {rss['after_warmup']}, end {rss['end']}, max {rss['max']}, "
+          f"growth {rss['growth']} ({'flat' if rss['flat'] else 'NOT flat'})")
+    print(f"healthy after {'yes' if r['healthy_after'] else 'NO'}")

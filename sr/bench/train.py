@@ -1,0 +1,161 @@
+"""``sr bench train``: training-step time per preset and per attention kind.
+
+One step is what the trainer does per batch, minus data loading: forward (collecting the budget
+loss), L1 + 0.01 * budget loss, backward, gradient clipping, AdamW step. Inputs are a fixed random
+batch (LR patches and their HR targets). The configurations run interleaved, one step each in turn,
+so that load from other processes hits all of them alike; the reported step time is the median over
+``--steps`` steps after ``--warmup`` untimed ones. ``x none`` is the step time relative to the same
+preset with attention ``none`` (the conv-only network), which every preset is also run with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..cli import CLIError
+from ..models import DEFAULT_PRESET, PRESETS, build_model, count_params
+from ..models.attention import ATTENTION_KINDS
+from .attention import Clock, pick_device, run_config, set_threads, write_json
+
+BUDGET_WEIGHT = 0.01  # the trainer's default budget_weight
+TARGET_RATIO = 1.5  # the default preset's step may cost at most this much more than without attention
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--presets", default=",".join(PRESETS),
+                   help=f"comma-separated presets (default: {','.join(PRESETS)})")
+    p.add_argument("--kinds", default="none,window,topk,adaptive",
+                   help=f"attention kinds to compare on {DEFAULT_PRESET} (default: %(default)s)")
+    p.add_argument("--scale", type=int, default=2, choices=(2, 3, 4), help="upscaling factor (default 2)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per configuration (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    p.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
+    p.add_argument("--patch", type=int, default=48, help="LR patch side (default 48)")
+    p.add_argument("--amp", action="store_true", help="bf16 autocast (default: fp32)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall time, or this process's CPU time (stable on a shared machine; CPU only)")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
+    p.add_argument("--seed", type=int, default=0, help="seed for weights and the batch (default 0)")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+
+
+@dataclass
+class Result:
+    preset: str
+    attention: str
+    params: int
+    step_ms: float
+    it_s: float
+    ratio_to_none: float | None = None
+
+
+def configurations(presets: list[str], kinds: list[str]) -> list[tuple[str, str]]:
+    """(preset, attention) pairs: each preset with its own attention and with none; the default
+    preset also with every kind in ``kinds``."""
+    out: list[tuple[str, str]] = []
+    for preset in presets:
+        wanted = [PRESETS[preset]["attention"], "none"]
+        if preset == DEFAULT_PRESET:
+            wanted = ["none", *kinds, PRESETS[preset]["attention"]]
+        for kind in wanted:
+            if (preset, kind) not in out:
+                out.append((preset, kind))
+    return out
+
+
+class Step:
+    """One model + optimiser doing the trainer's step on a fixed batch."""
+
+    def __init__(self, preset: str, kind: str, args: argparse.Namespace, device: torch.device) -> None:
+        torch.manual_seed(args.seed)
+        self.model = build_model(f"{preset}-x{args.scale}", attention=kind).to(device).train()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.99))
+        self.autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp)
+
+    def __call__(self, lr: torch.Tensor, hr: torch.Tensor) -> float:
+        aux: dict = {}
+        with torch.autocast(**self.autocast):
+            out = self.model(lr, aux)
+        loss = F.l1_loss(out.float(), hr) + BUDGET_WEIGHT * aux.get("budget_loss", 0.0)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        return loss.detach().item()
+
+
+def _names(text: str, known, what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise CLIError(f"unknown {what} {', '.join(unknown) or '(none)'}; choose from {', '.join(known)}")
+    return names
+
+
+def table(results: list[Result]) -> str:
+    head = f"{'preset':<12}{'attention':<11}{'params':>9}{'step ms':>10}{'it/s':>8}{'x none':>8}"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        ratio = "-" if r.ratio_to_none is None else f"{r.ratio_to_none:.2f}x"
+        lines.append(f"{r.preset:<12}{r.attention:<11}{r.params:>9,}{r.step_ms:>10.0f}{r.it_s:>8.2f}{ratio:>8}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    presets = _names(args.presets, list(PRESETS), "preset(s)")
+    kinds = _names(args.kinds, list(ATTENTION_KINDS), "attention kind(s)")
+    limits = (("--steps", args.steps, 1), ("--warmup", args.warmup, 0), ("--batch", args.batch, 1),
+              ("--patch", args.patch, 4))
+    for name, value, low in limits:
+        if value < low:
+            raise CLIError(f"{name} must be >= {low}, got {value}")
+    if args.json and not Path(args.json).parent.is_dir():
+        raise CLIError(f"--json {args.json}: folder {Path(args.json).parent} does not exist")
+    set_threads(args.threads)
+    device = pick_device(args.device)
+    clock = Clock(args.clock, device)
+
+    g = torch.Generator().manual_seed(args.seed)
+    s, n = args.scale, args.batch
+    hr = torch.rand(n, 3, args.patch * s, args.patch * s, generator=g)
+    lr = F.avg_pool2d(hr, s)  # a plausible LR/HR pair; content does not change the cost
+    lr, hr = lr.to(device), hr.to(device)
+    configs = configurations(presets, kinds)
+    steps = {cfg: Step(*cfg, args, device) for cfg in configs}
+
+    precision = "bf16 autocast" if args.amp else "fp32"
+    print(f"training step, batch {n}, LR patch {args.patch}, x{s}, {precision}; "
+          f"device {device}, {torch.get_num_threads()} threads, {args.clock} clock, "
+          f"median of {args.steps} after {args.warmup} warm-up", flush=True)
+    times: dict[tuple[str, str], list[float]] = {cfg: [] for cfg in configs}
+    for i in range(args.warmup + args.steps):
+        for cfg, step in steps.items():
+            seconds = clock(lambda step=step: step(lr, hr))
+            if i >= args.warmup:
+                times[cfg].append(seconds)
+        print(f"  step {i + 1}/{args.warmup + args.steps}", flush=True)
+
+    results = []
+    for cfg in configs:
+        ms = 1000 * statistics.median(times[cfg])
+        results.append(Result(cfg[0], cfg[1], count_params(steps[cfg].model), ms, 1000 / ms))
+    base = {r.preset: r.step_ms for r in results if r.attention == "none"}
+    for r in results:
+        r.ratio_to_none = r.step_ms / base[r.preset] if r.preset in base else None
+    print(table(results))
+    target = next((r for r in results if r.preset == DEFAULT_PRESET
+                   and r.attention == PRESETS[DEFAULT_PRESET]["attention"]), None)
+    if target is not None and target.ratio_to_none is not None:
+        verdict = "meets" if target.ratio_to_none <= TARGET_RATIO else "misses"
+        print(f"{DEFAULT_PRESET} step = {target.ratio_to_none:.2f}x the same network without attention "
+              f"({verdict} the <= {TARGET_RATIO}x target)")
+    if args.json:
+        write_json(args.json, {"config": run_config(args, device), "results": [asdict(r) for r in results]})
+    return 0

@@ -1,0 +1,124 @@
+"""``sr bench upscale``: throughput (output megapixels/s) of models vs bicubic, in one run.
+
+Each HR image of the folder (Set14 by default) is modcropped and shrunk by the model's scale with
+the project's MATLAB bicubic, then upscaled back: by the model (``Upscaler.upscale``, the same path
+as ``sr upscale``, decoding and encoding excluded), by the project's ``imresize``, and by PIL's
+BICUBIC. One warm-up image per method is not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..cli import CLIError
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_IMAGES = REPO.parent / "shared" / "datasets" / "benchmark" / "Set14"
+DEFAULT_MODELS = ("asa-base-x2", "asa-base-x4")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", action="append", default=None, metavar="NAME_OR_PATH",
+                   help="shipped model name or .safetensors file; repeatable "
+                        f"(default: {', '.join(DEFAULT_MODELS)})")
+    p.add_argument("--images", default=str(DEFAULT_IMAGES), help="folder of HR images (default: Set14)")
+    p.add_argument("--device", default="cpu", help="device for the models (default cpu)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: usable CPUs)")
+    p.add_argument("--tile", default="auto", help="tile size for the models: auto, 0 (off) or pixels")
+    p.add_argument("--max-images", type=int, default=None, help="use only the first N images")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON ('-' = stdout)")
+
+
+def _load_images(folder: Path, limit: int | None):
+    import numpy as np
+
+    from ..evaluation import list_images, load_hr
+
+    try:
+        paths = list_images(folder)
+    except FileNotFoundError:
+        raise CLIError(f"image folder not found: {folder} (pass --images DIR)") from None
+    if limit is not None:
+        paths = paths[:limit]
+    if not paths:
+        raise CLIError(f"no images in {folder}")
+    images = []
+    for p in paths:
+        hr = load_hr(p)
+        images.append(np.repeat(hr[:, :, None], 3, axis=2) if hr.ndim == 2 else hr)
+    return images
+
+
+def _time(fn, inputs: list, out_pixels: list[int]) -> tuple[float, float]:
+    """(seconds, output megapixels) for fn over inputs, after one untimed warm-up call."""
+    fn(inputs[0])
+    start = time.perf_counter()
+    for x in inputs:
+        fn(x)
+    return time.perf_counter() - start, sum(out_pixels) / 1e6
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+    from PIL import Image
+
+    from ..inference import UpscaleError, Upscaler
+    from ..io import DecodedImage
+    from ..resize import imresize, modcrop
+
+    if args.max_images is not None and args.max_images < 1:
+        raise CLIError("--max-images must be >= 1")
+    tile = args.tile if args.tile == "auto" else int(args.tile) if args.tile.isdigit() else None
+    if tile is None:
+        raise CLIError(f"--tile must be auto, 0 or a number of pixels, got {args.tile!r}")
+    images = _load_images(Path(args.images), args.max_images)
+    models = []
+    for name in args.model or DEFAULT_MODELS:
+        try:
+            up = Upscaler(name, device=args.device, tile=tile, threads=args.threads)
+        except UpscaleError as e:
+            raise CLIError(f"{e}" + ("" if args.model else " (pass --model NAME_OR_PATH)")) from None
+        if len(up.scales) != 1:
+            raise CLIError(f"--model {name!r} is a family ({up.scales}); name one scale, e.g. {name}-x2")
+        models.append((name, up))
+
+    rows = []
+    for name, up in models:
+        s = up.scales[0]
+        hrs = [modcrop(hr, s) for hr in images]
+        lrs = [imresize(hr, 1 / s) for hr in hrs]
+        out_px = [lr.shape[0] * s * lr.shape[1] * s for lr in lrs]
+        decoded = [DecodedImage(lr.astype(np.float32) / 255) for lr in lrs]
+        floats = [d.pixels for d in decoded]
+        pils = [Image.fromarray(lr) for lr in lrs]
+        methods = [
+            (Path(name).stem, lambda d, up=up, s=s: up.upscale(d, scale=s), decoded),
+            ("bicubic (sr imresize)", lambda x, s=s: imresize(x, s), floats),
+            ("bicubic (PIL)", lambda im, s=s: im.resize((im.width * s, im.height * s), Image.BICUBIC), pils),
+        ]
+        for label, fn, inputs in methods:
+            seconds, mp = _time(fn, inputs, out_px)
+            rows.append({"method": label, "scale": s, "images": len(inputs), "output_mp": round(mp, 3),
+                         "seconds": round(seconds, 3), "mp_per_s": round(mp / seconds, 4),
+                         "device": str(up.device) if label == Path(name).stem else "cpu",
+                         "threads": up.threads})
+            print(f"  {label} x{s}: {mp / seconds:.3f} MP/s", file=sys.stderr, flush=True)
+
+    header = f"{'method':<26} {'scale':>5} {'images':>6} {'out MP':>8} {'seconds':>8} {'MP/s':>9}"
+    print(f"{len(images)} images from {args.images}; {models[0][1].threads} CPU thread(s)")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r['method']:<26} {r['scale']:>5} {r['images']:>6} {r['output_mp']:>8.2f} "
+              f"{r['seconds']:>8.2f} {r['mp_per_s']:>9.3f}")
+    if args.json:
+        text = json.dumps(rows, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+    return 0

@@ -1,0 +1,204 @@
+"""``sr info MODEL`` / ``sr info --all``: architecture, params and MACs of a preset or weights file,
+plus the training metadata stored in weights files."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..cli import CLIError
+
+if TYPE_CHECKING:
+    from ..models import NetConfig, SRNet
+
+# The make_attention options that each attention kind actually uses.
+ATTN_OPTIONS = {
+    "none": (),
+    "dense": ("stride",),
+    "window": ("window", "stride"),
+    "topk": ("region", "k", "stride"),
+    "adaptive": ("region", "k_min", "k_max", "budget", "stride"),
+}
+# Weights metadata shown in this order under readable labels; the rest is listed as-is.
+META_FIELDS = {
+    "name": "run name",
+    "steps": "training steps",
+    "best_step": "best step",
+    "batch": "batch",
+    "patch": "patch (HR)",
+    "train_seconds": "training time",
+    "hardware": "hardware",
+    "train_data": "training data",
+    "validation": "validation",
+}
+META_HIDDEN = {"format", "config", "scale", "params", "preset", "attention"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", help="a model name (asa-base-x2) or a .safetensors weights file")
+    p.add_argument("--all", action="store_true", help="table of every preset at x2, x3 and x4")
+    p.add_argument(
+        "--size", default="1280x720", metavar="WxH",
+        help="output size that MACs are counted for (default 1280x720)",
+    )
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """'1280x720' -> (720, 1280) as (H, W)."""
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise CLIError(f"--size must look like 1280x720, got {text!r}") from None
+    if w < 4 or h < 4:
+        raise CLIError(f"--size {text} is too small")
+    return h, w
+
+
+def preset_of(cfg: NetConfig, meta: dict[str, str] | None = None) -> str:
+    """The preset a config was built from: the weights' own note, else an exact match, else 'custom'."""
+    from ..models import PRESETS, build_config
+
+    if meta and meta.get("preset"):
+        return meta["preset"]
+    for name in PRESETS:
+        if build_config(name, cfg.scale).to_dict() == cfg.to_dict():
+            return name
+    for name in PRESETS:  # the same network with a different attention kind (ablations)
+        if build_config(name, cfg.scale, attention=cfg.attention).to_dict() == cfg.to_dict():
+            return f"{name} (attention: {cfg.attention})"
+    return "custom"
+
+
+def attention_summary(cfg: NetConfig) -> str:
+    from ..models.attention import make_attention
+
+    if cfg.attention == "none":
+        return "none"
+    defaults = {
+        k: v.default for k, v in inspect.signature(make_attention).parameters.items()
+        if v.default is not inspect.Parameter.empty
+    }
+    opts = {**defaults, **cfg.attn_options}
+    shown = ", ".join(f"{k}={opts[k]}" for k in ATTN_OPTIONS.get(cfg.attention, sorted(cfg.attn_options)))
+    return f"{cfg.attention} ({shown})" if shown else cfg.attention
+
+
+def _macs_line(model: SRNet, hw: tuple[int, int]) -> str:
+    from ..models import count_macs
+
+    s = model.scale
+    h, w = hw[0] // s, hw[1] // s
+    macs = count_macs(model, hw)
+    return f"{macs / 1e9:.2f} G for a {w * s}x{h * s} output ({w}x{h} input)"
+
+
+def load(name: str) -> tuple[SRNet, dict[str, str] | None, Path | None]:
+    """(model, metadata or None, weights path or None) for a weights path, shipped name or preset."""
+    from ..models import PRESETS, build_model, parse_name
+    from ..weights import WeightsError, load_weights, resolve_weights, shipped_models
+
+    path_like = name.endswith(".safetensors") or Path(name).exists()
+    try:
+        path = resolve_weights(name)
+    except WeightsError as e:
+        if path_like:
+            raise CLIError(str(e)) from None
+        try:
+            parse_name(name)
+        except ValueError:
+            shipped = ", ".join(p.stem for p in shipped_models()) or "none"
+            presets = ", ".join(f"{p}-x{{2,3,4}}" for p in PRESETS)
+            raise CLIError(
+                f"unknown model {name!r}: not a weights file, a shipped model ({shipped}) "
+                f"or a preset ({presets})"
+            ) from None
+        return build_model(name).eval(), None, None
+    try:
+        model, meta = load_weights(path)
+    except WeightsError as e:
+        raise CLIError(str(e)) from None
+    return model, meta, path
+
+
+def _validation(text: str) -> str:
+    try:
+        results = json.loads(text)
+        return ", ".join(f"{k} {v['psnr']:.3f} dB / {v['ssim']:.4f}" for k, v in results.items()) or "none"
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return text
+
+
+def describe(
+    model: SRNet, meta: dict[str, str] | None, path: Path | None, hw: tuple[int, int]
+) -> list[tuple[str, str]]:
+    from ..models import count_params
+
+    cfg = model.cfg
+    n_attn = cfg.blocks // cfg.attn_every if cfg.attention != "none" else 0
+    params = count_params(model)
+    rows = [
+        ("source", f"weights file {path}" if path else "preset (random weights; no weights file)"),
+        ("preset", preset_of(cfg, meta)),
+        ("scale", f"x{cfg.scale}"),
+        ("channels", str(cfg.channels)),
+        ("blocks", f"{cfg.blocks} residual, attention after every {cfg.attn_every} ({n_attn} attention)"),
+        ("heads", str(cfg.heads)),
+        ("attention", attention_summary(cfg)),
+        ("channel attn", cfg.channel_attention or "none"),
+        ("params", f"{params:,} ({params / 1e6:.3f} M)"),
+        ("MACs", _macs_line(model, hw)),
+    ]
+    if meta:
+        for key, label in META_FIELDS.items():
+            if key in meta:
+                value = meta[key]
+                if key == "validation":
+                    value = _validation(value)
+                elif key == "train_seconds" and value.replace(".", "", 1).isdigit():
+                    value = f"{float(value) / 3600:.2f} h ({value} s)"
+                rows.append((label, value))
+        rows += [(k, v) for k, v in sorted(meta.items()) if k not in META_FIELDS and k not in META_HIDDEN]
+    return rows
+
+
+def table_all(hw: tuple[int, int]) -> list[list[str]]:
+    from ..models import PRESETS, build_model, count_macs, count_params
+    from ..weights import WEIGHTS_DIR
+
+    rows = [["model", "channels", "blocks", "attention", "params", "GMACs", "weights"]]
+    for preset in PRESETS:
+        for scale in (2, 3, 4):
+            name = f"{preset}-x{scale}"
+            model = build_model(name).eval()
+            shipped = (WEIGHTS_DIR / f"{name}.safetensors").is_file()
+            rows.append([
+                name, str(model.cfg.channels), str(model.cfg.blocks), model.cfg.attention,
+                f"{count_params(model):,}", f"{count_macs(model, hw) / 1e9:.2f}",
+                "shipped" if shipped else "-",
+            ])
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    hw = parse_size(args.size)
+    if args.all == bool(args.model):
+        raise CLIError("give either a MODEL or --all")
+    if args.all:
+        rows = table_all(hw)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        print(f"MACs for a {hw[1]}x{hw[0]} output (rounded down to a multiple of the scale)")
+        for r in rows:
+            cells = (c.rjust(wd) if c[:1].isdigit() else c.ljust(wd) for c, wd in zip(r, widths, strict=True))
+            print("  ".join(cells).rstrip())
+        return 0
+    model, meta, path = load(args.model)
+    title = meta.get("name", path.stem) if meta and path else args.model
+    print(title)
+    rows = describe(model, meta, path, hw)
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value}")
+    return 0

@@ -1,0 +1,122 @@
+"""``sr serve``: run the HTTP service (FastAPI app + web page) with uvicorn.
+
+Settings come from ``SR_*`` environment variables, overridden by these flags. ``--workers`` is the
+number of inference jobs run at once inside this one process (threads sharing one loaded model),
+not uvicorn worker processes: each of those would load its own copy of the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import socket
+import sys
+from pathlib import Path
+
+from ..cli import CLIError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, loopback only)")
+    a("--port", type=int, default=8000, help="TCP port (default: 8000)")
+    a("--model", default=None,
+      help="model family in the weights folder (e.g. asa-base) or a .safetensors file [SR_MODEL; asa-base]")
+    a("--weights-dir", default=None, help="folder of <model>-x<scale>.safetensors [SR_WEIGHTS_DIR]")
+    a("--device", default=None, help="auto | cpu | cuda | cuda:N | mps [SR_DEVICE; auto]")
+    a("--workers", type=int, default=None, help="inference jobs run at once [SR_WORKERS; 1]")
+    a("--queue", type=int, default=None, help="jobs that may wait for a worker; more: 503 [SR_MAX_QUEUE; 4]")
+    a("--max-upload-mb", type=float, help="upload limit in MiB [SR_MAX_UPLOAD_BYTES (bytes); 20]")
+    a("--max-pixels", type=int, default=None, help="largest input image in pixels [SR_MAX_PIXELS; 16 Mi]")
+    a("--timeout", type=float, default=None,
+      help="per-request time limit in seconds, queue wait included [SR_TIMEOUT_S; 120]")
+    a("--api-key", default=None, help="require this key in header X-API-Key on /v1/* [SR_API_KEY]")
+    a("--cors-origins", default=None, help="comma-separated CORS origins; off if unset [SR_CORS_ORIGINS]")
+    a("--threads", type=int, default=None, help="torch CPU threads [SR_THREADS]")
+    a("--tile", default=None, help="tile size in pixels, 'auto' or 0 (off) [SR_TILE; auto]")
+    a("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
+
+def build_settings(args: argparse.Namespace):  # -> service.settings.Settings (lazy import)
+    from service.settings import Settings, SettingsError, parse_origins, parse_tile
+
+    try:
+        base = Settings.from_env()
+        tile = parse_tile(args.tile) if args.tile is not None else None
+        upload = None if args.max_upload_mb is None else int(args.max_upload_mb * 2**20)
+        weights_dir = Path(args.weights_dir) if args.weights_dir else None
+        origins = parse_origins(args.cors_origins) if args.cors_origins is not None else None
+        return base.replace(
+            model=args.model, weights_dir=weights_dir, device=args.device, workers=args.workers,
+            max_queue=args.queue, max_upload_bytes=upload, max_pixels=args.max_pixels, timeout_s=args.timeout,
+            api_key=args.api_key, threads=args.threads, tile=tile, cors_origins=origins,
+        )
+    except (SettingsError, ValueError) as e:
+        raise CLIError(str(e)) from None
+
+
+def check_model(settings) -> None:
+    """Fail before binding the port when the model or device is unusable (clear message, exit 2).
+
+    Building the engine is cheap (it reads metadata only; weights load later, in the app).
+    """
+    from service.hub import ModelHub, UnknownModelError
+    from sr.inference import UpscaleError
+
+    hub = ModelHub(settings)
+    try:
+        hub.resolve(hub.default)
+        hub.engine(hub.default)
+    except UnknownModelError:
+        available = ", ".join(hub.families()) or "none"
+        folder = settings.weights_dir or "the package weights/ folder"
+        message = f"model {settings.model!r} not found (available: {available}; weights folder: {folder})"
+        raise CLIError(message) from None
+    except UpscaleError as e:
+        raise CLIError(str(e)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise CLIError(f"--port must be 0..65535, got {args.port}")
+    settings = build_settings(args)
+    if settings.weights_dir is not None and not settings.weights_dir.is_dir():
+        raise CLIError(f"weights folder not found: {settings.weights_dir}")
+    check_model(settings)
+    if args.port:
+        _check_port(args.host, args.port)
+    if settings.api_key is None and not _is_loopback(args.host):
+        print(f"sr serve: warning: listening on {args.host} without an API key", file=sys.stderr)
+
+    import uvicorn
+
+    from service.app import create_app
+
+    app = create_app(settings)
+    # Connections beyond what the pool can hold plus room for health checks get uvicorn's own 503.
+    limit = (settings.workers + settings.max_queue) * 4 + 32
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            limit_concurrency=limit, timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run()
+    return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """A clear error for a busy port or a bad address before the model is loaded (uvicorn only logs)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, _, _, _, addr = infos[0]
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(addr)
+    except OSError as e:
+        raise CLIError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

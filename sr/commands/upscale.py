@@ -1,0 +1,384 @@
+"""``sr upscale INPUT... -o OUTDIR``: upscale files, folders and globs with a prefetching pipeline.
+
+Reading the next image and writing the previous one run in their own threads around the model
+(reader -> queue -> model -> queue -> writer), so the model does not wait on decoding or encoding.
+A bad file is reported with its path and the batch goes on; the exit code is 1 if anything failed.
+Outputs are written atomically (``sr.io.write_image``), so Ctrl-C never leaves a partial file, and
+no output may land on an input file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..cli import CLIError
+
+# Suffixes picked up when scanning folders (files named explicitly are always tried).
+SCAN_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif", ".ppm", ".pgm", ".pbm",
+                 ".pnm", ".avif"}
+FORMATS = ("png", "jpg", "webp", "same")
+_SAME = {".jpg": "jpg", ".jpeg": "jpg", ".webp": "webp", ".png": "png"}
+_DONE = object()  # end-of-stream marker between the pipeline threads
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..inference import ALPHA_MODES, DEFAULT_TILE_OVERLAP
+    from ..io import DEFAULT_MAX_PIXELS
+
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders or glob patterns")
+    p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output folder (created if missing)")
+    p.add_argument("-r", "--recursive", action="store_true",
+                   help="scan folders recursively, keeping the sub-folder tree in OUTDIR (and ** in globs)")
+    p.add_argument("-m", "--model", default="asa-base",
+                   help="shipped model family (asa-base -> weights/asa-base-x{2,3,4}) or a .safetensors file")
+    size = p.add_argument_group("output size (default: the model's smallest scale)")
+    size.add_argument("-s", "--scale", type=int, choices=(2, 3, 4), help="model scale to use")
+    size.add_argument("--outscale", type=float, metavar="S",
+                      help="final scale factor, any number > 0 (e.g. 1.5, 3.7, 8): model passes, then bicubic")
+    size.add_argument("--width", type=int, help="output width in pixels (height follows the aspect unless given)")
+    size.add_argument("--height", type=int, help="output height in pixels (width follows the aspect unless given)")
+    p.add_argument("--tile", default="auto",
+                   help="tile size in input pixels: 'auto' (from free memory), 0 = whole image, or e.g. 256")
+    p.add_argument("--tile-overlap", type=int, default=DEFAULT_TILE_OVERLAP, metavar="PX",
+                   help=f"overlap between tiles in input pixels (default {DEFAULT_TILE_OVERLAP})")
+    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for the model (default: usable CPUs)")
+    p.add_argument("-f", "--format", default="png", choices=FORMATS,
+                   help="output format; 'same' keeps jpg/webp/png inputs' format (others become png)")
+    p.add_argument("-q", "--quality", type=int, default=95, help="JPEG/WebP quality 1-100 (default 95)")
+    p.add_argument("--suffix", default=None,
+                   help="added to output names (default: _x<scale>, e.g. _x2 or _x1.5; _w<W>/_h<H>/_<W>x<H> "
+                        "with --width/--height); '' keeps the input name")
+    p.add_argument("--alpha-mode", default="bicubic", choices=ALPHA_MODES,
+                   help="alpha channel: bicubic resize, or through the model as gray (default bicubic)")
+    exist = p.add_mutually_exclusive_group()
+    exist.add_argument("--skip-existing", action="store_true", help="skip images whose output exists (resume)")
+    exist.add_argument("--overwrite", action="store_true", help="replace existing outputs (default: error)")
+    p.add_argument("-n", "--dry-run", action="store_true", help="list what would be written; write nothing")
+    p.add_argument("--save-budget-map", action="store_true",
+                   help="also write <output name>_budget.png: the attention-budget heat-map at output size")
+    p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
+                   help=f"refuse inputs with more pixels than this (default {DEFAULT_MAX_PIXELS})")
+
+
+@dataclass
+class Job:
+    src: Path
+    rel: Path  # output path relative to OUTDIR, before suffix and extension
+    out: Path | None = None
+    budget: Path | None = None
+    problem: str | None = None  # known before reading: missing, collision, output exists
+    skip: bool = False
+
+
+def collect_inputs(inputs: list[str], recursive: bool) -> list[Job]:
+    """Files, folders and globs -> jobs in a stable order (duplicates dropped)."""
+    jobs: list[Job] = []
+    seen: set[Path] = set()
+
+    def add(src: Path, rel: Path, problem: str | None = None) -> None:
+        key = src.resolve() if problem is None else src
+        if key not in seen:
+            seen.add(key)
+            jobs.append(Job(src, rel, problem=problem))
+
+    def scan(folder: Path) -> None:
+        found = folder.rglob("*") if recursive else folder.iterdir()
+        for f in sorted(found):
+            rel = f.relative_to(folder)
+            hidden = any(part.startswith(".") for part in rel.parts)  # incl. our own temp files
+            if f.is_file() and not hidden and f.suffix.lower() in SCAN_SUFFIXES:
+                add(f, rel if recursive else Path(f.name))
+
+    for item in inputs:
+        path = Path(item).expanduser()
+        if path.is_file():
+            add(path, Path(path.name))
+        elif path.is_dir():
+            scan(path)
+        elif glob.has_magic(item):
+            for match in sorted(glob.glob(item, recursive=recursive)):
+                m = Path(match)
+                if m.is_file():
+                    add(m, Path(m.name))
+                elif m.is_dir():
+                    scan(m)
+        else:
+            add(path, Path(path.name), problem="no such file or folder")
+    return jobs
+
+
+def default_suffix(args: argparse.Namespace, default_scale: int) -> str:
+    if args.outscale is not None:
+        return f"_x{args.outscale:g}"
+    if args.width is not None and args.height is not None:
+        return f"_{args.width}x{args.height}"
+    if args.width is not None:
+        return f"_w{args.width}"
+    if args.height is not None:
+        return f"_h{args.height}"
+    return f"_x{args.scale or default_scale}"
+
+
+def plan_outputs(jobs: list[Job], outdir: Path, fmt: str, suffix: str, args: argparse.Namespace) -> None:
+    """Fill each job's output path and decide skip/problem; refuse any output that is an input."""
+    from ..io import suffix_for
+
+    inputs = {j.src.resolve(): j.src for j in jobs if j.problem is None}
+    taken: dict[Path, Path] = {}
+    for job in jobs:
+        if job.problem is not None:
+            continue
+        out_fmt = _SAME.get(job.src.suffix.lower(), "png") if fmt == "same" else fmt
+        job.out = outdir / job.rel.parent / f"{job.rel.stem}{suffix}{suffix_for(out_fmt)}"
+        job.budget = job.out.with_name(f"{job.out.stem}_budget.png") if args.save_budget_map else None
+        for target in (job.out, job.budget):
+            if target is not None and target.resolve() in inputs:
+                raise CLIError(
+                    f"refusing to run: {target} would overwrite the input {inputs[target.resolve()]}; "
+                    "choose another output folder or --suffix"
+                )
+        key = job.out.resolve()
+        if key in taken:
+            job.problem = f"output {job.out} is also the output of {taken[key]}"
+            continue
+        taken[key] = job.src
+        exists = job.out.exists() or (job.budget is not None and job.budget.exists())
+        if exists and args.skip_existing:
+            job.skip = True
+        elif exists and not args.overwrite:
+            job.problem = f"output {job.out} exists (use --overwrite or --skip-existing)"
+
+
+class Stats:
+    """Counters shared by the pipeline threads, and the progress bar they update."""
+
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self.lock = threading.Lock()
+        self.done = self.failed = 0
+        self.out_pixels = 0
+        self.bar = tqdm(total=total, unit="img", disable=None, file=sys.stderr, dynamic_ncols=True)
+
+    def fail(self, path: Path, reason: str) -> None:
+        with self.lock:
+            self.failed += 1
+            self.bar.write(f"sr upscale: {path}: {reason}", file=sys.stderr)
+            self.bar.update(1)
+
+    def ok(self, pixels: int) -> None:
+        with self.lock:
+            self.done += 1
+            self.out_pixels += pixels
+            self.bar.update(1)
+
+
+def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
+    """Blocking put that gives up when ``stop`` is set (so a stopped consumer cannot hang us)."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _reader(jobs: list[Job], q: queue.Queue, stop: threading.Event, max_pixels: int) -> None:
+    from ..io import read_image
+
+    for job in jobs:
+        if stop.is_set():
+            return
+        try:
+            payload: object = read_image(job.src, max_pixels=max_pixels)
+        except Exception as e:  # noqa: BLE001 - any failure is this file's, reported by the main loop
+            payload = e
+        if not _put(q, (job, payload), stop):
+            return
+    _put(q, _DONE, stop)
+
+
+def _writer(q: queue.Queue, stats: Stats, args: argparse.Namespace, fmt: str, warned: list) -> None:
+    import numpy as np
+
+    from ..inference import budget_heatmap
+    from ..io import DecodedImage, ImageError, write_image
+
+    while True:
+        item = q.get()
+        if item is _DONE:
+            return
+        job, result = item
+        try:
+            job.out.parent.mkdir(parents=True, exist_ok=True)
+            if job.out.exists() and not (args.overwrite or args.skip_existing):
+                raise FileExistsError(f"output {job.out} appeared meanwhile (use --overwrite)")
+            out_fmt = _SAME.get(job.src.suffix.lower(), "png") if fmt == "same" else fmt
+            write_image(job.out, result.image, out_fmt, args.quality)
+            if job.budget is not None and result.budget_map is not None:
+                heat = budget_heatmap(result.budget_map).astype(np.float32) / 255
+                write_image(job.budget, DecodedImage(heat), "png")
+            elif job.budget is not None and not warned:
+                warned.append(True)
+                stats.bar.write("sr upscale: this model has no adaptive attention: no budget maps", file=sys.stderr)
+        except (ImageError, OSError) as e:
+            stats.fail(job.src, str(e))
+            continue
+        except Exception as e:  # noqa: BLE001 - a dead writer would hang the batch: report and go on
+            stats.fail(job.src, f"writing failed ({type(e).__name__}: {e})")
+            continue
+        stats.ok(result.image.width * result.image.height)
+
+
+def _parse_tile(text: str) -> int | str:
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise CLIError(f"--tile must be 'auto', 0 or a number of pixels, got {text!r}") from None
+    if value < 0:
+        raise CLIError(f"--tile must be 'auto', 0 or a number of pixels, got {text!r}")
+    return value
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if args.outscale is not None and (args.width is not None or args.height is not None):
+        raise CLIError("give either --outscale or --width/--height, not both")
+    if args.outscale is not None and not (args.outscale > 0 and args.outscale < float("inf")):
+        raise CLIError(f"--outscale must be a number > 0, got {args.outscale}")
+    for name in ("width", "height"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise CLIError(f"--{name} must be a positive number of pixels, got {v}")
+    if not 1 <= args.quality <= 100:
+        raise CLIError(f"--quality must be 1-100, got {args.quality}")
+    if args.max_pixels < 1:
+        raise CLIError(f"--max-pixels must be positive, got {args.max_pixels}")
+    if args.tile_overlap < 0:
+        raise CLIError(f"--tile-overlap must be >= 0, got {args.tile_overlap}")
+    if args.threads is not None and args.threads < 1:
+        raise CLIError(f"--threads must be >= 1, got {args.threads}")
+    if args.suffix is not None and any(c in args.suffix for c in "/\\"):
+        raise CLIError("--suffix must not contain path separators")
+
+
+def run(args: argparse.Namespace) -> int:
+    _validate(args)
+    tile = _parse_tile(args.tile)
+    from ..inference import UpscaleError, Upscaler
+
+    try:
+        up = Upscaler(args.model, device=args.device, tile=tile, tile_overlap=args.tile_overlap,
+                      threads=args.threads)
+        if args.scale is not None:
+            up.plan(1, 1, scale=args.scale)  # checks that the model has this scale
+    except UpscaleError as e:
+        raise CLIError(str(e)) from None
+    outdir = Path(args.output).expanduser()
+    if outdir.exists() and not outdir.is_dir():
+        raise CLIError(f"output {outdir} exists and is not a folder")
+    jobs = collect_inputs(args.inputs, args.recursive)
+    if not jobs:
+        raise CLIError("no input images found")
+    suffix = args.suffix if args.suffix is not None else default_suffix(args, min(up.scales))
+    plan_outputs(jobs, outdir, args.format, suffix, args)
+    todo = [j for j in jobs if j.problem is None and not j.skip]
+    skipped = sum(j.skip for j in jobs)
+    if args.dry_run:
+        return _dry_run(jobs, todo, skipped)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CLIError(f"cannot create output folder {outdir} ({e.strerror or e})") from None
+    stats = Stats(len(todo))
+    for job in jobs:
+        if job.problem is not None:
+            stats.bar.write(f"sr upscale: {job.src}: {job.problem}", file=sys.stderr)
+    stats.failed = sum(j.problem is not None for j in jobs)
+    start = time.perf_counter()
+    try:
+        _pipeline(up, todo, stats, args)
+    except KeyboardInterrupt:
+        stats.bar.close()
+        _summary(stats, skipped, time.perf_counter() - start, interrupted=True)
+        raise
+    stats.bar.close()
+    _summary(stats, skipped, time.perf_counter() - start)
+    return 1 if stats.failed else 0
+
+
+def _pipeline(up, todo: list[Job], stats: Stats, args: argparse.Namespace) -> None:
+    from ..inference import UpscaleError
+
+    stop = threading.Event()
+    q_in: queue.Queue = queue.Queue(maxsize=2)
+    q_out: queue.Queue = queue.Queue(maxsize=2)
+    warned: list = []
+    reader = threading.Thread(target=_reader, args=(todo, q_in, stop, args.max_pixels), daemon=True)
+    writer = threading.Thread(target=_writer, args=(q_out, stats, args, args.format, warned), daemon=True)
+    reader.start()
+    writer.start()
+    try:
+        while True:
+            item = q_in.get()
+            if item is _DONE:
+                break
+            job, payload = item
+            if isinstance(payload, BaseException):
+                stats.fail(job.src, getattr(payload, "reason", None) or str(payload))
+                continue
+            try:
+                result = up.upscale(payload, scale=args.scale, outscale=args.outscale, width=args.width,
+                                    height=args.height, alpha_mode=args.alpha_mode,
+                                    with_budget_map=args.save_budget_map)
+            except UpscaleError as e:
+                stats.fail(job.src, str(e))
+                continue
+            except Exception as e:  # noqa: BLE001 - e.g. out of memory on a huge image: next file
+                stats.fail(job.src, f"upscaling failed ({type(e).__name__}: {e})")
+                continue
+            del payload
+            q_out.put((job, result))
+        q_out.put(_DONE)
+        writer.join()
+    except KeyboardInterrupt:
+        # Stop reading, drop results not yet written, let the writer finish its current (atomic)
+        # file, then re-raise: the CLI reports the interruption and exits 130.
+        stop.set()
+        with q_out.mutex:
+            q_out.queue.clear()
+            q_out.not_full.notify_all()
+        q_out.put(_DONE)
+        writer.join()
+        raise
+
+
+def _dry_run(jobs: list[Job], todo: list[Job], skipped: int) -> int:
+    for job in jobs:
+        if job.problem is not None:
+            print(f"{job.src}: error: {job.problem}")
+        elif job.skip:
+            print(f"{job.src} -> {job.out} (exists, skipped)")
+        else:
+            extra = f" + {job.budget}" if job.budget is not None else ""
+            print(f"{job.src} -> {job.out}{extra}")
+    problems = sum(j.problem is not None for j in jobs)
+    print(f"dry run: {len(todo)} to write, {skipped} skipped, {problems} with errors; nothing written")
+    return 1 if problems else 0
+
+
+def _summary(stats: Stats, skipped: int, seconds: float, interrupted: bool = False) -> None:
+    rate = stats.out_pixels / 1e6 / seconds if seconds > 0 else 0.0
+    head = "interrupted: " if interrupted else ""
+    print(f"{head}{stats.done} done, {skipped} skipped, {stats.failed} failed in {seconds:.1f} s "
+          f"({rate:.2f} output MP/s)")

@@ -1,0 +1,91 @@
+"""Device, dtype and CPU-thread choices for inference, and how much memory a tile may use."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
+
+
+class DeviceError(ValueError):
+    """An unknown or unavailable device."""
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def resolve_device(name: str | torch.device = "auto") -> torch.device:
+    """'auto' = CUDA, then MPS, then CPU; 'cuda:1' style indices are accepted and checked."""
+    text = str(name).strip().lower()
+    if text == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps") if _mps_available() else torch.device("cpu")
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise DeviceError(f"unknown device {name!r}; choose from {', '.join(DEVICE_CHOICES)} (or cuda:N)") from None
+    if device.type == "cpu":
+        return device
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError("device 'cuda' is not available on this machine (no CUDA GPU or no CUDA build of torch)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise DeviceError(f"device {text!r} does not exist ({torch.cuda.device_count()} CUDA device(s))")
+        return device
+    if device.type == "mps":
+        if not _mps_available():
+            raise DeviceError("device 'mps' is not available on this machine")
+        return device
+    raise DeviceError(f"unsupported device {name!r}; choose from {', '.join(DEVICE_CHOICES)} (or cuda:N)")
+
+
+def pick_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on CUDA when supported (fp16's range can overflow in attention scores), else fp16 on a GPU;
+    always fp32 on CPU, where half precision is slow and inaccurate."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.float32
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (respects taskset/cgroup affinity, unlike os.cpu_count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def configure_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads: the number given, else one per usable CPU (torch's own default
+    counts every core of the machine, which oversubscribes a container limited to fewer)."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    n = threads if threads is not None else min(torch.get_num_threads(), usable_cpus())
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
+def available_memory(device: torch.device) -> int:
+    """Bytes free for tiles: free device memory on CUDA, MemAvailable (or free pages) for CPU/MPS."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 2 * 2**30  # unknown platform: assume a modest 2 GiB

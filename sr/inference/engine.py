@@ -1,0 +1,425 @@
+"""The upscaling engine behind ``sr upscale`` and the HTTP service.
+
+One :class:`Upscaler` holds the weights of a model family (one file per scale, loaded lazily) and
+serves any number of concurrent :meth:`Upscaler.upscale` calls: every per-call value (tile plan,
+buffers, budget maps) lives on the call's stack, and the only shared mutable state, the cache of
+loaded networks, is filled under a lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import weights as sr_weights
+from ..models import SRNet
+from .devices import DeviceError, available_memory, configure_threads, pick_dtype, resolve_device
+from .resample import resize_to
+from .tiling import min_tile, run_tiled
+
+SCALES = (2, 3, 4)
+ALPHA_MODES = ("bicubic", "model")
+# Default overlap between tiles in input pixels; see tests/inference/test_tiling.py and the README
+# for the PSNR-vs-overlap measurement behind it (the model's attention sees the whole tile, so its
+# context needs far more than the ~17 px receptive field of the convolutions).
+DEFAULT_TILE_OVERLAP = 16
+MAX_PASSES = 8
+# A hard stop for absurd requests (1x1 -> outscale 1e5): the float32 output alone would not fit.
+MAX_OUTPUT_PIXELS = 2**28
+# Activation bytes per input pixel of a tile, per (channel x dtype byte), measured with
+# ru_maxrss on CPU for asa-base (see README); the auto tile keeps one tile's activations within
+# a fraction of the free memory.
+ACTIVATION_BYTES_PER_CHANNEL_PX = 24
+AUTO_TILE_MEMORY_FRACTION = {"cpu": 0.25, "mps": 0.25, "cuda": 0.5}
+AUTO_TILE_MAX = {"cpu": 1024, "mps": 1024, "cuda": 2048}
+
+
+class UpscaleError(ValueError):
+    """Bad arguments: unknown model or device, unavailable scale, bad outscale/size, bad image."""
+
+
+@dataclass
+class UpscaleResult:
+    image: Any  # sr.io.DecodedImage: same bit depth, gray-ness, alpha and ICC profile as the input
+    budget_map: np.ndarray | None  # float32 (H_out, W_out): key regions attended per pixel, or None
+    model: str  # e.g. "asa-base-x2"; chained passes are joined with "+", e.g. "asa-base-x4+asa-base-x2"
+    scale: int  # model scale used (the product of the passes when chained)
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    net: SRNet
+    name: str
+    scale: int
+    align: int  # tile starts are multiples of this (attention stride x region/window)
+    channels: int
+
+
+def _attention_align(net: SRNet) -> int:
+    align = 1
+    for m in net.modules():
+        stride = getattr(m, "stride", None)
+        grid = getattr(m, "region", None) or getattr(m, "window", None)
+        if isinstance(stride, int) and isinstance(grid, int):
+            align = math.lcm(align, stride * grid)
+    return align
+
+
+def _is_oom(e: BaseException) -> bool:
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
+    return isinstance(e, oom) or (isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
+
+
+def _round_half_up(x: float) -> int:
+    return int(math.floor(x + 0.5))
+
+
+def choose_passes(factor: float, scales: list[int]) -> list[int]:
+    """Model scales to chain so their product reaches ``factor`` (>= it, then resized down).
+
+    Preference: the smallest product (least thrown away by the final resize), then the fewest
+    passes, then the least compute (small scales first: a later pass runs on a bigger image).
+    E.g. with 2, 3, 4: 1.5 -> [2]; 3 -> [3]; 5 -> [2, 3]; 8 -> [2, 4]; 16 -> [4, 4].
+    """
+    top = max(scales)
+    n_min = max(1, math.ceil(math.log(factor) / math.log(top) - 1e-9)) if factor > 1 else 1
+    if n_min > MAX_PASSES:
+        raise UpscaleError(f"outscale {factor:g} would need more than {MAX_PASSES} model passes")
+    best: tuple | None = None
+    for n in range(n_min, min(n_min + 1, MAX_PASSES) + 1):
+        for seq in itertools.product(sorted(scales), repeat=n):
+            prod = math.prod(seq)
+            if prod < factor - 1e-9:
+                continue
+            cost = sum(math.prod(seq[:i]) ** 2 for i in range(n))
+            key = (prod, n, cost)
+            if best is None or key < best[0]:
+                best = (key, list(seq))
+    assert best is not None  # top ** n_min >= factor always qualifies
+    return best[1]
+
+
+def _nearest_resize(a: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
+    h, w = a.shape
+    rows = np.minimum(((np.arange(out_h) + 0.5) * h / out_h).astype(np.int64), h - 1)
+    cols = np.minimum(((np.arange(out_w) + 0.5) * w / out_w).astype(np.int64), w - 1)
+    return a[rows[:, None], cols[None, :]]
+
+
+class Upscaler:
+    """Load a model family (or one weights file) once; upscale images of any size with it."""
+
+    def __init__(
+        self,
+        model: str | Path = "asa-base",
+        device: str = "auto",
+        tile: int | str | None = "auto",
+        tile_overlap: int = DEFAULT_TILE_OVERLAP,
+        weights_dir: str | Path | None = None,
+        threads: int | None = None,
+    ) -> None:
+        try:
+            self.device = resolve_device(device)
+        except DeviceError as e:
+            raise UpscaleError(str(e)) from None
+        self.dtype = pick_dtype(self.device)
+        try:
+            self.threads = configure_threads(threads)
+        except ValueError as e:
+            raise UpscaleError(str(e)) from None
+        if isinstance(tile_overlap, bool) or not isinstance(tile_overlap, int) or tile_overlap < 0:
+            raise UpscaleError(f"tile_overlap must be an integer >= 0, got {tile_overlap!r}")
+        self.tile_overlap = tile_overlap
+        self.tile = self._parse_tile(tile)
+        self.weights_dir = Path(weights_dir) if weights_dir is not None else sr_weights.WEIGHTS_DIR
+        self.name, self._paths = self._find_weights(model)
+        self.scales: list[int] = sorted(self._paths)
+        self._models: dict[int, _Loaded] = {}
+        self._lock = threading.Lock()
+
+    # -- construction ------------------------------------------------------------------------
+    def _parse_tile(self, tile: int | str | None) -> int | str | None:
+        if tile is None or tile == 0 or tile == "0":
+            return None
+        if tile == "auto":
+            return "auto"
+        try:
+            value = int(tile)
+        except (TypeError, ValueError):
+            raise UpscaleError(f"tile must be 'auto', 0 (off) or a size in pixels, got {tile!r}") from None
+        if isinstance(tile, bool) or value < 0 or (isinstance(tile, float) and tile != value):
+            raise UpscaleError(f"tile must be 'auto', 0 (off) or a size in pixels, got {tile!r}")
+        if value == 0:
+            return None
+        if value < min_tile(self.tile_overlap, 1):
+            raise UpscaleError(
+                f"tile {value} is too small for tile_overlap {self.tile_overlap}: "
+                f"need at least {min_tile(self.tile_overlap, 1)} (2 x overlap + model grid)"
+            )
+        return value
+
+    def _find_weights(self, model: str | Path) -> tuple[str, dict[int, Path]]:
+        text = str(model)
+        as_path = Path(text).expanduser()
+        if isinstance(model, Path) or text.endswith(".safetensors") or as_path.is_file():
+            return as_path.stem, {self._check_file(as_path): as_path}
+        if not text or "/" in text or "\\" in text:
+            raise UpscaleError(f"unknown model {text!r}: not a weights file")
+        single = self.weights_dir / f"{text}.safetensors"
+        if single.is_file():  # a full name such as "asa-base-x2"
+            return text, {self._check_file(single): single}
+        family = {s: self.weights_dir / f"{text}-x{s}.safetensors" for s in SCALES}
+        family = {s: p for s, p in family.items() if p.is_file()}
+        if not family:
+            known = ", ".join(m["name"] for m in list_models(self.weights_dir)) or "none"
+            raise UpscaleError(
+                f"unknown model {text!r}: no {text}-x{{2,3,4}}.safetensors in {self.weights_dir} "
+                f"(available: {known}); pass a .safetensors path to use your own weights"
+            )
+        for s, p in family.items():
+            if self._check_file(p) != s:
+                raise UpscaleError(f"{p}: file name says x{s} but its metadata says another scale")
+        return text, family
+
+    @staticmethod
+    def _check_file(path: Path) -> int:
+        """Validate a weights file's metadata (cheap: no tensors read); returns its scale."""
+        try:
+            meta = sr_weights.read_metadata(path)
+            scale = int(json.loads(meta["config"])["scale"])
+        except sr_weights.WeightsError as e:
+            raise UpscaleError(str(e)) from None
+        except (KeyError, TypeError, ValueError) as e:
+            raise UpscaleError(f"{path}: bad architecture metadata ({e})") from None
+        if scale not in SCALES:
+            raise UpscaleError(f"{path}: unsupported scale {scale}")
+        return scale
+
+    def _get(self, scale: int) -> _Loaded:
+        loaded = self._models.get(scale)
+        if loaded is not None:
+            return loaded
+        with self._lock:  # one load per scale even when concurrent calls ask for it together
+            loaded = self._models.get(scale)
+            if loaded is None:
+                path = self._paths[scale]
+                try:
+                    net, _meta = sr_weights.load_weights(path)
+                except sr_weights.WeightsError as e:
+                    raise UpscaleError(str(e)) from None
+                net = net.to(device=self.device, dtype=self.dtype).eval().requires_grad_(False)
+                loaded = _Loaded(net, path.stem, scale, _attention_align(net), net.cfg.channels)
+                self._models[scale] = loaded
+        return loaded
+
+    def load(self, scale: int | None = None) -> None:
+        """Load the weights now (all scales, or one) instead of on first use."""
+        for s in [scale] if scale is not None else self.scales:
+            self._get(s)
+
+    # -- planning ----------------------------------------------------------------------------
+    def plan(
+        self, h: int, w: int, scale: int | None = None, outscale: float | None = None,
+        width: int | None = None, height: int | None = None,
+    ) -> tuple[tuple[int, int], list[int]]:
+        """((out_h, out_w), model passes) for an h x w input; raises UpscaleError on bad arguments."""
+        if scale is not None:
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale != int(scale):
+                raise UpscaleError(f"scale must be one of {self.scales}, got {scale!r}")
+            scale = int(scale)
+            if scale not in self.scales:
+                raise UpscaleError(
+                    f"scale {scale} is not available for model {self.name!r} (available: "
+                    f"{', '.join(map(str, self.scales))}); use outscale for other factors"
+                )
+        if outscale is not None and (width is not None or height is not None):
+            raise UpscaleError("give either outscale or width/height, not both")
+        allowed = [scale] if scale is not None else self.scales
+        if outscale is not None:
+            if isinstance(outscale, bool) or not isinstance(outscale, (int, float)) or not (
+                math.isfinite(outscale) and outscale > 0
+            ):
+                raise UpscaleError(f"outscale must be a number > 0, got {outscale!r}")
+            out_h, out_w = max(1, _round_half_up(h * outscale)), max(1, _round_half_up(w * outscale))
+            factor = float(outscale)
+        elif width is not None or height is not None:
+            for label, v in (("width", width), ("height", height)):
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                    raise UpscaleError(f"{label} must be a positive integer, got {v!r}")
+            out_w = width if width is not None else max(1, _round_half_up(w * height / h))
+            out_h = height if height is not None else max(1, _round_half_up(h * width / w))
+            factor = max(out_h / h, out_w / w)
+        else:
+            s = scale if scale is not None else min(self.scales)
+            return (h * s, w * s), [s]
+        if out_h * out_w > MAX_OUTPUT_PIXELS:
+            raise UpscaleError(
+                f"output {out_w}x{out_h} is too large (limit {MAX_OUTPUT_PIXELS / 2**20:.0f} megapixels)"
+            )
+        return (out_h, out_w), choose_passes(factor, allowed)
+
+    def _tile_for(self, loaded: _Loaded, h: int, w: int) -> int | None:
+        if self.tile is None:
+            return None
+        if self.tile == "auto":
+            dtype_bytes = torch.finfo(self.dtype).bits // 8
+            per_px = ACTIVATION_BYTES_PER_CHANNEL_PX * loaded.channels * dtype_bytes
+            per_px += 3 * loaded.scale**2 * 4 * 2  # the tile's output and its weighted copy
+            budget = AUTO_TILE_MEMORY_FRACTION[self.device.type] * available_memory(self.device)
+            side = int(math.sqrt(max(budget, 0) / per_px))
+            side = min(side, AUTO_TILE_MAX[self.device.type])
+            if h <= side and w <= side:
+                return None  # the whole image fits: exact, and no overlap recomputed
+            side = max(side // loaded.align * loaded.align, min_tile(self.tile_overlap, loaded.align))
+            return side
+        if self.tile < min_tile(self.tile_overlap, loaded.align):
+            raise UpscaleError(
+                f"tile {self.tile} is too small for tile_overlap {self.tile_overlap} with this model "
+                f"(need at least {min_tile(self.tile_overlap, loaded.align)})"
+            )
+        return self.tile
+
+    # -- running -----------------------------------------------------------------------------
+    def _run_tile(self, loaded: _Loaded, arr: np.ndarray, want_budget: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """(h, w, C) float32 -> ((s*h, s*w, C) float32 in [0, 1], budget (h, w) or None)."""
+        h, w, c = arr.shape
+        x = torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))[None]  # (1, C, h, w)
+        if c == 1:
+            x = x.expand(1, 3, h, w)  # gray (or alpha) through the RGB model, averaged back below
+        x = x.to(device=self.device, dtype=self.dtype)
+        aux: dict | None = {} if want_budget else None
+        y = loaded.net(x, aux).float().clamp_(0, 1)  # (1, 3, sh, sw)
+        if c == 1:
+            y = y.mean(dim=1, keepdim=True)
+        out = y[0].permute(1, 2, 0).cpu().numpy()
+        budget = None
+        if aux is not None and aux.get("budget_maps"):
+            maps = torch.cat([m.float() for m in aux["budget_maps"]], dim=1)  # (1, n_blocks, h, w)
+            budget = maps.mean(dim=1)[0].cpu().numpy()
+        return out, budget
+
+    def _run_pass(
+        self, loaded: _Loaded, pixels: np.ndarray, want_budget: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        h, w = pixels.shape[:2]
+        tile = self._tile_for(loaded, h, w)
+        while True:
+            try:
+                return run_tiled(
+                    pixels, lambda a: self._run_tile(loaded, a, want_budget), loaded.scale, tile,
+                    self.tile_overlap, loaded.align, want_budget,
+                )
+            except (RuntimeError, MemoryError) as e:
+                if self.device.type not in ("cuda", "mps") or not _is_oom(e):
+                    raise
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                smaller = (tile or max(h, w)) // 2 // loaded.align * loaded.align
+                if smaller < min_tile(self.tile_overlap, loaded.align):
+                    raise UpscaleError(f"out of {self.device.type} memory even with tile {tile}") from None
+                tile = smaller  # retry the whole pass with half the tile (the plan changes)
+
+    def _run_passes(
+        self, pixels: np.ndarray, passes: list[int], want_budget: bool
+    ) -> tuple[np.ndarray, list[np.ndarray], list[str]]:
+        maps, names = [], []
+        for s in passes:
+            loaded = self._get(s)
+            pixels, budget = self._run_pass(loaded, pixels, want_budget)
+            names.append(loaded.name)
+            if budget is not None:
+                maps.append(budget)
+        return pixels, maps, names
+
+    def upscale(
+        self,
+        img: Any,
+        scale: int | None = None,
+        outscale: float | None = None,
+        width: int | None = None,
+        height: int | None = None,
+        alpha_mode: str = "bicubic",
+        with_budget_map: bool = False,
+    ) -> UpscaleResult:
+        """Upscale a decoded image (``sr.io.DecodedImage``).
+
+        ``scale`` picks the model scale (default: the smallest available); ``outscale`` (any float
+        > 0) or ``width``/``height`` (one of them keeps the aspect ratio) give the exact output size,
+        reached by the fewest model passes, then MATLAB-bicubic resizing. ``alpha_mode``: 'bicubic'
+        resizes the alpha channel, 'model' runs it through the network as gray.
+        """
+        start = time.perf_counter()
+        pixels = getattr(img, "pixels", None)
+        if not isinstance(pixels, np.ndarray) or pixels.ndim != 3 or pixels.shape[2] not in (1, 3):
+            raise UpscaleError("image pixels must be a float (H, W, 1|3) array")
+        if pixels.shape[0] < 1 or pixels.shape[1] < 1:
+            raise UpscaleError(f"image is empty ({pixels.shape[1]}x{pixels.shape[0]})")
+        if alpha_mode not in ALPHA_MODES:
+            raise UpscaleError(f"alpha_mode must be one of {', '.join(ALPHA_MODES)}, got {alpha_mode!r}")
+        h, w = pixels.shape[:2]
+        (out_h, out_w), passes = self.plan(h, w, scale, outscale, width, height)
+        alpha = getattr(img, "alpha", None)
+        with torch.inference_mode():
+            out, maps, names = self._run_passes(pixels.astype(np.float32, copy=False), passes, with_budget_map)
+            if out.shape[:2] != (out_h, out_w):
+                out = np.clip(resize_to(out, out_h, out_w), 0, 1, out=None)
+            out_alpha = None
+            if alpha is not None:
+                a = np.asarray(alpha, dtype=np.float32)
+                if alpha_mode == "model":
+                    a = self._run_passes(a[:, :, None], passes, False)[0][:, :, 0]
+                out_alpha = np.clip(resize_to(a, out_h, out_w), 0, 1) if a.shape != (out_h, out_w) else a
+        budget = None
+        if with_budget_map and maps:
+            budget = np.mean([_nearest_resize(m, out_h, out_w) for m in maps], axis=0).astype(np.float32)
+        image = dataclasses.replace(img, pixels=np.ascontiguousarray(out, dtype=np.float32), alpha=out_alpha)
+        return UpscaleResult(
+            image=image, budget_map=budget, model="+".join(names), scale=math.prod(passes),
+            seconds=time.perf_counter() - start,
+        )
+
+
+def list_models(weights_dir: str | Path | None = None) -> list[dict]:
+    """Shipped models and what their metadata says: name, preset, scale, params, validation scores."""
+    folder = Path(weights_dir) if weights_dir is not None else sr_weights.WEIGHTS_DIR
+    models = []
+    for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+        try:
+            meta = sr_weights.read_metadata(path)
+            cfg = json.loads(meta["config"])
+        except (sr_weights.WeightsError, KeyError, ValueError):
+            continue  # an unreadable file is not a model; loading it by name reports why
+        try:
+            validation = json.loads(meta.get("validation", "{}")) or {}
+        except ValueError:
+            validation = {}
+        family, sep, tail = path.stem.rpartition("-x")
+        options = cfg.get("attn_options") or {}
+        entry: dict[str, Any] = {
+            "name": path.stem,
+            # the family name that Upscaler(model=...) resolves: metadata first, else the file name
+            "preset": meta.get("preset") or (family if sep and tail.isdigit() else path.stem),
+            "scale": int(cfg.get("scale", meta.get("scale", 0))),
+            "params": int(meta["params"]) if meta.get("params", "").isdigit() else None,
+            "attention": cfg.get("attention"),
+            "k_max": options.get("k_max", 8) if cfg.get("attention") == "adaptive" else None,
+            "steps": int(meta["steps"]) if meta.get("steps", "").isdigit() else None,
+            "path": str(path),
+        }
+        for bench in ("Set5", "Set14"):
+            scores = validation.get(bench) or {}
+            entry[f"{bench.lower()}_psnr"] = scores.get("psnr")
+            entry[f"{bench.lower()}_ssim"] = scores.get("ssim")
+        models.append(entry)
+    return models

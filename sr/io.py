@@ -1,0 +1,631 @@
+"""Image I/O: decode common formats into float arrays, encode them back, write files atomically.
+
+:func:`read_image` turns a file, bytes or binary stream into a :class:`DecodedImage`: float32 colour in
+[0, 1] (one channel for gray sources, three for colour), alpha split off, EXIF orientation applied, the
+ICC profile kept, 16-bit sources kept at full precision. Anything it cannot take (empty, truncated,
+corrupt, not an image, animated, too many pixels) raises one :class:`ImageError` subclass with a clear
+message. :func:`encode_image` / :func:`write_image` go the other way: PNG (16-bit when the source
+was), JPEG or WebP, alpha recombined, ICC profile written back, files replaced atomically.
+
+Pillow reads 16-bit colour PNG/TIFF as 8-bit, so those are decoded twice with swapped byte-order
+raw modes (high bytes, then low bytes) and written back by a small PNG encoder of our own.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+import struct
+import sys
+import threading
+import warnings
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+from PIL import Image, ImageCms, UnidentifiedImageError
+
+DEFAULT_MAX_PIXELS = 64 * 2**20
+# Formats read_image accepts. An allow-list keeps Pillow away from plugins that shell out (EPS) or
+# that nobody feeds to an upscaler; GIF is included so animated GIFs get their own clear error.
+READ_FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF", "PPM", "AVIF")
+OUTPUT_FORMATS = ("png", "jpeg", "webp")
+# zlib level for PNG output: 3 encodes ~3x faster than Pillow's default 6 for ~1-4% larger files
+PNG_COMPRESS_LEVEL = 3
+
+_FORMAT_ALIASES = {"png": "png", "jpg": "jpeg", "jpeg": "jpeg", "webp": "webp"}
+_PIL_NAME = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}
+_SUFFIX = {"png": ".png", "jpeg": ".jpg", "webp": ".webp"}
+_MAX_SIDE = {"png": 2**31 - 1, "jpeg": 65_535, "webp": 16_383}  # format limits on width and height
+_MIME = {
+    "png": "image/png",
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "webp": "image/webp",
+    "gif": "image/gif",
+    "bmp": "image/bmp",
+    "tif": "image/tiff",
+    "tiff": "image/tiff",
+    "avif": "image/avif",
+    "ppm": "image/x-portable-pixmap",
+}
+
+# Pillow's decoders signal bad data with assorted exception types.
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError, KeyError)
+
+
+class ImageError(ValueError):
+    """An image that cannot be read or written; ``str(e)`` is a message for the user."""
+
+    def __init__(self, reason: str, path: str | os.PathLike | None = None) -> None:
+        self.reason = reason
+        self.path = None if path is None else os.fspath(path)
+        super().__init__(f"{self.path}: {reason}" if self.path else reason)
+
+
+class ImageDecodeError(ImageError):
+    """Zero bytes, truncated, corrupt, not an image, or an unsupported format or pixel mode."""
+
+
+class AnimatedImageError(ImageError):
+    """More than one frame (animated GIF/WebP/APNG, multi-page TIFF)."""
+
+
+class ImageTooLargeError(ImageError):
+    """More pixels than allowed (decompression-bomb protection)."""
+
+
+class ImageEncodeError(ImageError):
+    """Unknown output format, bad quality, or an image the output format cannot hold."""
+
+
+class ImageWriteError(ImageError):
+    """The output file could not be written (missing folder, permissions, disk full)."""
+
+
+@dataclass(eq=False)  # array fields: == would be ambiguous
+class DecodedImage:
+    """Decoded pixels plus what is needed to write them back faithfully.
+
+    ``pixels`` is float32 (H, W, C) in [0, 1] with C = 1 (gray) or 3 (colour); a 2-D array is taken
+    as gray. ``alpha`` is float32 (H, W) or None. ``bit_depth`` 16 means: write back as 16-bit PNG.
+    """
+
+    pixels: np.ndarray
+    alpha: np.ndarray | None = None
+    bit_depth: int = 8
+    icc_profile: bytes | None = None
+    format: str | None = None
+    mode: str | None = None
+
+    def __post_init__(self) -> None:
+        px = np.asarray(self.pixels, dtype=np.float32)
+        if px.ndim == 2:
+            px = px[:, :, None]
+        if px.ndim != 3 or px.shape[2] not in (1, 3):
+            raise ValueError(f"pixels must be (H, W, 1) or (H, W, 3), got shape {px.shape}")
+        self.pixels = px
+        if self.alpha is not None:
+            a = np.asarray(self.alpha, dtype=np.float32)
+            if a.ndim == 3 and a.shape[2] == 1:
+                a = a[:, :, 0]
+            if a.shape != px.shape[:2]:
+                raise ValueError(f"alpha must be {px.shape[:2]}, got shape {a.shape}")
+            self.alpha = a
+        if self.bit_depth not in (8, 16):
+            raise ValueError(f"bit_depth must be 8 or 16, got {self.bit_depth}")
+
+    @property
+    def height(self) -> int:
+        return int(self.pixels.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.pixels.shape[1])
+
+    @property
+    def channels(self) -> int:
+        return int(self.pixels.shape[2])
+
+    @property
+    def is_gray(self) -> bool:
+        return self.pixels.shape[2] == 1
+
+    @property
+    def has_alpha(self) -> bool:
+        return self.alpha is not None
+
+
+# --------------------------------------------------------------------------------------------- formats
+
+
+def normalize_format(format: str) -> str:
+    """``"PNG"``, ``".jpg"``, ``"jpeg"``... -> one of :data:`OUTPUT_FORMATS`; else ImageEncodeError."""
+    key = str(format).strip().lower().lstrip(".")
+    if key not in _FORMAT_ALIASES:
+        raise ImageEncodeError(f"unsupported output format {format!r} (use png, jpg or webp)")
+    return _FORMAT_ALIASES[key]
+
+
+def format_from_path(path: str | Path) -> str:
+    """Output format from a file name's suffix (``.png``, ``.jpg``/``.jpeg``, ``.webp``)."""
+    suffix = Path(path).suffix
+    if not suffix:
+        raise ImageEncodeError(
+            "no file suffix to choose the output format from (use .png, .jpg or .webp)", path
+        )
+    try:
+        return normalize_format(suffix)
+    except ImageEncodeError as e:
+        raise ImageEncodeError(e.reason, path) from None
+
+
+def suffix_for(format: str) -> str:
+    """File suffix for an output format: ``".png"``, ``".jpg"`` or ``".webp"``."""
+    return _SUFFIX[normalize_format(format)]
+
+
+def mime_type(format: str) -> str:
+    """MIME type of a format name or suffix: ``"png"`` -> ``"image/png"``, ``"JPEG"`` -> ``"image/jpeg"``."""
+    key = str(format).strip().lower().lstrip(".")
+    if key not in _MIME:
+        raise ImageEncodeError(f"unknown image format {format!r}")
+    return _MIME[key]
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+# warnings.catch_warnings swaps process-wide state; the lock keeps our own concurrent calls from
+# restoring each other's filters (the HTTP service decodes in worker threads).
+_PIL_LOCK = threading.RLock()
+
+
+@contextmanager
+def _quiet_pillow() -> Iterator[None]:
+    """Pillow warnings never leak; its decompression-bomb warning becomes an exception."""
+    with _PIL_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        yield
+
+
+def read_image(
+    source: str | Path | bytes | BinaryIO, max_pixels: int | None = DEFAULT_MAX_PIXELS
+) -> DecodedImage:
+    """Decode a path, bytes or binary stream. Raises an :class:`ImageError` subclass on bad input.
+
+    ``max_pixels`` (None: no limit of ours) is checked on the header, before any pixel is decoded.
+    Pillow's own limit (``PIL.Image.MAX_IMAGE_PIXELS``) applies too: the effective limit is the
+    smaller of the two.
+    """
+    data, path = _read_source(source)
+    if not data:
+        raise ImageDecodeError("empty file (0 bytes)", path)
+    with _quiet_pillow():
+        try:
+            return _decode(data, path, max_pixels)
+        except ImageError:
+            raise
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+            raise ImageTooLargeError(f"too many pixels ({e})", path) from e
+        except UnidentifiedImageError as e:
+            names = ", ".join(READ_FORMATS)
+            raise ImageDecodeError(f"not an image, or not a supported format ({names})", path) from e
+        except MemoryError as e:
+            raise ImageTooLargeError("not enough memory to decode this image", path) from e
+        except _DECODE_ERRORS as e:
+            raise ImageDecodeError(f"truncated or corrupt image data ({e})", path) from e
+
+
+def _read_source(source: str | Path | bytes | BinaryIO) -> tuple[bytes, str | None]:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source), None
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        try:
+            return Path(path).read_bytes(), path
+        except FileNotFoundError:
+            raise ImageDecodeError("file not found", path) from None
+        except IsADirectoryError:
+            raise ImageDecodeError("is a folder, not an image file", path) from None
+        except OSError as e:
+            raise ImageDecodeError(f"cannot read file ({e.strerror or e})", path) from None
+    if not hasattr(source, "read"):
+        raise TypeError(
+            f"read_image needs a path, bytes or a binary file object, got {type(source).__name__}"
+        )
+    name = getattr(source, "name", None)
+    path = name if isinstance(name, str) else None
+    data = source.read()
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ImageDecodeError("file object must be opened in binary mode", path)
+    return bytes(data), path
+
+
+def _open(data: bytes) -> Image.Image:
+    Image.init()
+    return Image.open(io.BytesIO(data), formats=[f for f in READ_FORMATS if f in Image.OPEN])
+
+
+def _decode(data: bytes, path: str | None, max_pixels: int | None) -> DecodedImage:
+    im = _open(data)
+    w, h = im.size
+    if max_pixels is not None and w * h > max_pixels:
+        raise ImageTooLargeError(f"{w}x{h} is {w * h:,} pixels, over the limit of {max_pixels:,}", path)
+    if w < 1 or h < 1:
+        raise ImageDecodeError(f"empty image ({w}x{h})", path)
+    frames = getattr(im, "n_frames", 1)
+    if frames > 1 and im.format != "MPO":  # MPO: camera JPEG + preview/depth frames; the first is the photo
+        raise AnimatedImageError(
+            f"{im.format} image with {frames} frames (animated or multi-page images are not supported)", path
+        )
+    fmt, mode = im.format, im.mode
+    icc = im.info.get("icc_profile") or None
+    wide = _wide_rawmode(im)
+    if wide is not None:
+        values, alpha = _decode_wide(im, data, wide)
+        depth = 16
+    else:
+        im.load()
+        values, alpha, depth, icc = _decode_standard(im, icc, path)
+    maxv = np.float32(65535 if depth == 16 else 255)
+    orientation = _orientation(im)
+    pixels = _orient(values.astype(np.float32) / maxv, orientation)
+    if alpha is not None:
+        alpha = _orient(alpha.astype(np.float32) / maxv, orientation)
+    return DecodedImage(pixels, alpha, depth, icc, fmt, mode)
+
+
+# Raw modes Pillow narrows to 8 bits -> the raw mode that yields the other (low) byte of each sample.
+_NATIVE = "L" if sys.byteorder == "little" else "B"
+_LOW_BYTE_RAWMODE = {
+    "RGB;16B": "RGB;16L",
+    "RGB;16L": "RGB;16B",
+    "RGBX;16B": "RGBX;16L",
+    "RGBX;16L": "RGBX;16B",
+    "RGBA;16B": "RGBA;16L",
+    "RGBA;16L": "RGBA;16B",
+    "LA;16B": "RGBA",  # PNG gray+alpha 16 is read as RGBA: raw mode RGBA returns all 4 bytes at once
+}
+
+
+def _tile_rawmode(args: object) -> str | None:
+    if isinstance(args, str):
+        return args
+    if isinstance(args, tuple) and args and isinstance(args[0], str):
+        return args[0]
+    return None
+
+
+def _with_rawmode(args: object, rawmode: str) -> object:
+    return rawmode if isinstance(args, str) else (rawmode, *args[1:])  # type: ignore[index]
+
+
+def _wide_rawmode(im: Image.Image) -> str | None:
+    """The 16-bit colour raw mode of ``im`` (16N resolved to B/L) if Pillow would narrow it, else None."""
+    modes = {_tile_rawmode(t.args) for t in im.tile}
+    if len(modes) != 1:
+        return None
+    raw = modes.pop()
+    if raw is not None and raw.endswith(";16N"):
+        raw = raw[:-1] + _NATIVE
+    return raw if raw in _LOW_BYTE_RAWMODE else None
+
+
+def _set_rawmode(im: Image.Image, rawmode: str) -> None:
+    im.tile = [t._replace(args=_with_rawmode(t.args, rawmode)) for t in im.tile]
+
+
+def _decode_wide(im: Image.Image, data: bytes, raw: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Full-precision uint16 colour (H, W, C) and alpha of a 16-bit colour image."""
+    if raw == "LA;16B":
+        _set_rawmode(im, "RGBA")
+        im.load()
+        b = np.asarray(im).astype(np.uint16)  # gray hi, gray lo, alpha hi, alpha lo
+        return ((b[..., 0] << 8) | b[..., 1])[..., None], (b[..., 2] << 8) | b[..., 3]
+    _set_rawmode(im, raw)  # 16N -> explicit order, so the swap below is the opposite one
+    im.load()
+    low = _open(data)
+    _set_rawmode(low, _LOW_BYTE_RAWMODE[raw])
+    low.load()
+    v = (np.asarray(im).astype(np.uint16) << 8) | np.asarray(low)
+    if v.shape[2] == 4:
+        return v[..., :3], v[..., 3]
+    return v, _key_alpha(v, im.info.get("transparency"), 65535)
+
+
+def _key_alpha(values: np.ndarray, key: object, maxv: int) -> np.ndarray | None:
+    """Alpha from a colour-key transparency (PNG tRNS for gray/RGB): the key colour is transparent."""
+    if values.ndim == 2 and isinstance(key, int):
+        hit = values == key
+    elif values.ndim == 3 and isinstance(key, tuple) and len(key) == values.shape[2]:
+        hit = np.all(values == np.asarray(key, dtype=values.dtype), axis=2)
+    else:
+        return None
+    return np.where(hit, 0, maxv).astype(values.dtype)
+
+
+def _decode_standard(
+    im: Image.Image, icc: bytes | None, path: str | None
+) -> tuple[np.ndarray, np.ndarray | None, int, bytes | None]:
+    """(values (H, W, C) as integers, alpha or None, bit depth, icc) for everything but wide colour."""
+    mode, key = im.mode, im.info.get("transparency")
+    if mode.startswith("I;16"):
+        v = np.asarray(im)
+        v = (np.clip(v, 0, None) if v.dtype.kind == "i" else v).astype(np.uint16)  # I;16S: no negatives
+        return v[..., None], _key_alpha(v, key, 65535), 16, icc
+    if mode == "I":  # 32-bit int: values above 255 can only be 16-bit data (e.g. 16-bit TIFF/PGM)
+        raw = np.asarray(im)
+        depth = 16 if raw.size and int(raw.max()) > 255 else 8
+        maxv = 65535 if depth == 16 else 255
+        v = np.clip(raw, 0, maxv).astype(np.uint16)
+        return v[..., None], _key_alpha(v, key, maxv), depth, icc
+    if mode in ("1", "L"):
+        v = np.asarray(im.convert("L"))  # mode 1 keys are stored as 0/255, matching the L values
+        return v[..., None], _key_alpha(v, key, 255), 8, icc
+    if mode == "RGB":
+        v = np.asarray(im)
+        return v, _key_alpha(v, key, 255), 8, icc
+    if mode == "CMYK":
+        return np.asarray(_cmyk_to_rgb(im, icc)), None, 8, None
+    if mode in ("P", "PA"):
+        has_alpha = (
+            mode == "PA" or "transparency" in im.info or (im.palette is not None and "A" in im.palette.mode)
+        )
+        v = np.asarray(im.convert("RGBA" if has_alpha else "RGB"))
+        if np.array_equal(v[..., 0], v[..., 1]) and np.array_equal(v[..., 0], v[..., 2]):
+            v = v[..., [0, 3]] if has_alpha else v[..., :1]  # a gray palette stays gray
+    elif mode in ("LA", "La"):
+        v = np.asarray(im.convert("LA"))
+    elif mode in ("RGBA", "RGBa"):
+        v = np.asarray(im.convert("RGBA"))
+    elif mode in ("RGBX", "YCbCr"):
+        v = np.asarray(im.convert("RGB"))
+    else:
+        raise ImageDecodeError(f"unsupported pixel mode {mode}", path)
+    if v.shape[2] in (2, 4):
+        return v[..., :-1], v[..., -1], 8, icc
+    return v, None, 8, icc
+
+
+def _srgb() -> ImageCms.ImageCmsProfile:
+    return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
+
+
+def _cmyk_to_rgb(im: Image.Image, icc: bytes | None) -> Image.Image:
+    """CMYK -> sRGB through the embedded CMYK profile when there is one, else Pillow's naive formula."""
+    if icc:
+        try:
+            src = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+            if src.profile.xcolor_space.strip() == "CMYK":
+                out = ImageCms.profileToProfile(im, src, _srgb(), outputMode="RGB")
+                if out is not None:
+                    return out
+        except (ImageCms.PyCMSError, OSError, ValueError, TypeError):
+            pass  # a broken or mismatched profile: fall back rather than refuse the image
+    return im.convert("RGB")
+
+
+# EXIF orientation -> numpy equivalent of Pillow's exif_transpose (for arrays of any channel count).
+def _orient(a: np.ndarray, orientation: int) -> np.ndarray:
+    if orientation == 2:
+        a = a[:, ::-1]
+    elif orientation == 3:
+        a = a[::-1, ::-1]
+    elif orientation == 4:
+        a = a[::-1]
+    elif orientation == 5:
+        a = a.swapaxes(0, 1)
+    elif orientation == 6:
+        a = np.rot90(a, k=-1)
+    elif orientation == 7:
+        a = a[::-1, ::-1].swapaxes(0, 1)
+    elif orientation == 8:
+        a = np.rot90(a, k=1)
+    return np.ascontiguousarray(a)
+
+
+def _orientation(im: Image.Image) -> int:
+    try:
+        value = im.getexif().get(0x0112, 1)
+    except (*_DECODE_ERRORS, TypeError):
+        return 1  # unreadable EXIF is not worth refusing the image over
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+# --------------------------------------------------------------------------------------------- writing
+
+
+def encode_image(img: DecodedImage, format: str = "png", quality: int = 95) -> bytes:
+    """Encode to PNG, JPEG or WebP bytes.
+
+    PNG is 16-bit when ``img.bit_depth == 16`` (JPEG and WebP are always 8-bit). Alpha is kept in
+    PNG and WebP and composited on white for JPEG. Gray stays gray except in WebP (which has no
+    gray mode). The ICC profile is written back when its colour space matches the channels.
+    """
+    fmt = normalize_format(format)
+    if isinstance(quality, bool) or not isinstance(quality, (int, np.integer)) or not 1 <= quality <= 100:
+        raise ImageEncodeError(f"quality must be an integer from 1 to 100, got {quality!r}")
+    limit = _MAX_SIDE[fmt]
+    if img.width > limit or img.height > limit:
+        raise ImageEncodeError(
+            f"{img.width}x{img.height} is too large for {fmt.upper()} (at most {limit} per side)"
+        )
+    icc = _matching_icc(img.icc_profile, img.is_gray)
+    colour, alpha = img.pixels, img.alpha
+    if fmt == "jpeg" and alpha is not None:
+        colour, alpha = colour * alpha[..., None] + (1.0 - alpha[..., None]), None  # composite on white
+    planes = colour if alpha is None else np.concatenate([colour, alpha[..., None]], axis=2)
+    if fmt == "png" and img.bit_depth == 16:
+        return encode_png16(_quantize(planes, 65535, np.uint16), icc)
+    samples = _quantize(planes, 255, np.uint8)
+    pil = Image.fromarray(samples[..., 0] if samples.shape[2] == 1 else samples)
+    options: dict[str, object] = {"icc_profile": icc} if icc else {}
+    if fmt == "jpeg":
+        # 4:4:4 chroma at high quality: subsampling would blur the colour detail the upscaler added
+        options.update(quality=quality, subsampling=0 if quality >= 90 else 2, optimize=True)
+    elif fmt == "webp":
+        options.update(quality=quality, method=4)
+    else:
+        options.update(compress_level=PNG_COMPRESS_LEVEL)
+    buf = io.BytesIO()
+    with _quiet_pillow():
+        try:
+            pil.save(buf, format=_PIL_NAME[fmt], **options)
+        except (OSError, ValueError) as e:
+            raise ImageEncodeError(f"{fmt.upper()} encoder failed ({e})") from e
+    return buf.getvalue()
+
+
+def _quantize(x: np.ndarray, maxv: int, dtype: type) -> np.ndarray:
+    x = np.nan_to_num(np.asarray(x, dtype=np.float32), nan=0.0)
+    return np.rint(np.clip(x, 0.0, 1.0) * np.float32(maxv)).astype(dtype)
+
+
+def _matching_icc(icc: bytes | None, gray: bool) -> bytes | None:
+    """The profile if its colour space (header bytes 16-20) fits the output channels, else None."""
+    if not icc or len(icc) < 128:
+        return None
+    space = icc[16:20]
+    return icc if space == (b"GRAY" if gray else b"RGB ") else None
+
+
+def write_image(path: str | Path, img: DecodedImage, format: str | None = None, quality: int = 95) -> Path:
+    """Encode and write ``img`` atomically: a temporary file in the target folder, then a rename.
+
+    The format comes from the suffix when ``format`` is None. On any failure the target is left as it
+    was (absent or the previous file) and no temporary file remains.
+    """
+    path = Path(path)
+    fmt = normalize_format(format) if format is not None else format_from_path(path)
+    data = encode_image(img, fmt, quality)
+    _atomic_write(path, data)
+    return path
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    if path.is_dir():
+        raise ImageWriteError("is a folder", path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        # O_EXCL: never clobber a stranger's file; mode 0o666 lets the umask set the final permissions
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as e:
+        raise ImageWriteError(f"cannot create a file in {path.parent} ({e.strerror or e})", path) from e
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise ImageWriteError(f"cannot write the file ({e.strerror or e})", path) from e
+        raise
+
+
+# ------------------------------------------------------------------------------- 16-bit PNG encoder
+
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+_PNG_COLOUR_TYPE = {1: 0, 2: 4, 3: 2, 4: 6}  # channels -> gray, gray+alpha, RGB, RGBA
+_IDAT_PIECE = 1 << 20
+
+
+def _chunk(tag: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body) & 0xFFFFFFFF)
+
+
+def encode_png16(
+    samples: np.ndarray, icc_profile: bytes | None = None, filter_type: int | None = None
+) -> bytes:
+    """A 16-bit PNG from uint16 (H, W, C), C = 1 gray, 2 gray+alpha, 3 RGB, 4 RGBA.
+
+    Pillow cannot write 16-bit colour PNG, hence this encoder. Rows use libpng's adaptive filter
+    choice (least sum of absolute signed bytes) unless ``filter_type`` (0-4) forces one.
+    """
+    if samples.ndim == 2:
+        samples = samples[:, :, None]
+    h, w, c = samples.shape
+    if c not in _PNG_COLOUR_TYPE or samples.dtype != np.uint16 or h < 1 or w < 1:
+        raise ValueError(f"need uint16 (H, W, 1-4) samples, got {samples.dtype} {samples.shape}")
+    if filter_type not in (None, 0, 1, 2, 3, 4):
+        raise ValueError(f"filter_type must be None or 0-4, got {filter_type!r}")
+    raw = np.ascontiguousarray(samples, dtype=">u2").view(np.uint8).reshape(h, w * c * 2)
+    filtered = _png_filter(raw, c * 2, filter_type)
+    parts = [_PNG_MAGIC, _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, _PNG_COLOUR_TYPE[c], 0, 0, 0))]
+    if icc_profile:
+        parts.append(_chunk(b"iCCP", b"ICC profile\x00\x00" + zlib.compress(icc_profile)))
+    stream = zlib.compress(filtered.tobytes(), PNG_COMPRESS_LEVEL)
+    parts += [_chunk(b"IDAT", stream[i : i + _IDAT_PIECE]) for i in range(0, len(stream), _IDAT_PIECE)]
+    parts.append(_chunk(b"IEND", b""))
+    return b"".join(parts)
+
+
+def _png_filter(raw: np.ndarray, bpp: int, filter_type: int | None) -> np.ndarray:
+    """PNG-filter each row of ``raw`` (H, stride) uint8; returns (H, 1 + stride) with the type byte.
+
+    Encoding filters only look at unfiltered bytes, so every row (and filter) is done at once; rows go
+    in blocks to bound memory. uint8 arithmetic wraps modulo 256, as PNG filters do.
+    """
+    h, stride = raw.shape
+    out = np.empty((h, stride + 1), np.uint8)
+    step = max(1, (1 << 21) // stride)  # ~2 MB of rows per block
+    for r0 in range(0, h, step):
+        r1 = min(h, r0 + step)
+        x = raw[r0:r1]
+        up = np.empty_like(x)
+        up[1:] = x[:-1]
+        up[0] = raw[r0 - 1] if r0 else 0
+        left = np.zeros_like(x)
+        left[:, bpp:] = x[:, :-bpp]
+        up_left = np.zeros_like(x)
+        up_left[:, bpp:] = up[:, :-bpp]
+        if filter_type is not None:
+            out[r0:r1, 0] = filter_type
+            out[r0:r1, 1:] = x - _predict(filter_type, left, up, up_left) if filter_type else x
+            continue
+        best, choice = x.copy(), np.zeros(r1 - r0, np.uint8)
+        best_cost = _signed_cost(best)
+        for ft in (1, 2, 3, 4):
+            cand = x - _predict(ft, left, up, up_left)
+            cost = _signed_cost(cand)
+            better = cost < best_cost
+            best[better], best_cost[better], choice[better] = cand[better], cost[better], ft
+        out[r0:r1, 0] = choice
+        out[r0:r1, 1:] = best
+    return out
+
+
+def _signed_cost(rows: np.ndarray) -> np.ndarray:
+    """libpng's filter heuristic: per row, the sum of |byte| with bytes read as signed."""
+    return np.abs(rows.view(np.int8), dtype=np.int16).sum(axis=1, dtype=np.int64)
+
+
+def _predict(filter_type: int, left: np.ndarray, up: np.ndarray, up_left: np.ndarray) -> np.ndarray:
+    if filter_type == 1:
+        return left
+    if filter_type == 2:
+        return up
+    if filter_type == 3:
+        return (left >> 1) + (up >> 1) + (left & up & 1)  # floor((a + b) / 2) without uint8 overflow
+    return _paeth(left, up, up_left)
+
+
+def _paeth(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Paeth predictor of uint8 arrays (left, up, up-left); the distances need signed arithmetic."""
+    c16 = c.astype(np.int16)
+    pa = b.astype(np.int16) - c16  # |p - a| with p = a + b - c
+    pb = a.astype(np.int16) - c16  # |p - b|
+    pc = np.abs(pa + pb)  # |p - c|
+    np.abs(pa, out=pa)
+    np.abs(pb, out=pb)
+    out = np.where(pb <= pc, b, c)
+    np.copyto(out, a, where=(pa <= pb) & (pa <= pc))
+    return out

@@ -1,0 +1,239 @@
+"""``sr eval``: tables, JSON/CSV, --save, --lr pairing, weights and every error path."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from skimage import data
+
+from sr.cli import CLIError, main
+from sr.commands.evaluate import lr_key, match_lr, set_names
+from sr.evaluation import evaluate_folder, make_lr, model_upscaler, score_image
+from sr.models import build_model
+from sr.resize import modcrop
+from sr.weights import load_weights, save_weights
+
+
+@pytest.fixture(autouse=True)
+def _restore_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # sr.cli.main rewrites sys.argv
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two small sets: 'alpha' (two RGB, one gray) and 'beta' laid out as beta/HR (one RGB)."""
+    root = tmp_path_factory.mktemp("sets")
+    a, b = root / "alpha", root / "beta" / "HR"
+    a.mkdir()
+    b.mkdir(parents=True)
+    astro, cat = data.astronaut(), data.chelsea()
+    Image.fromarray(astro[40:91, 200:249]).save(a / "astro.png")  # 51x49: modcrop drops a row/column
+    Image.fromarray(cat[60:108, 150:202]).save(a / "cat.png")
+    Image.fromarray(data.camera()[100:148, 200:250]).save(a / "cam.png")  # gray
+    Image.fromarray(astro[300:348, 100:160]).save(b / "face.png")
+    (a / "notes.txt").write_text("not an image")
+    (root / "empty").mkdir()
+    (root / "corrupt").mkdir()
+    (root / "corrupt" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    (root / "tiny").mkdir()
+    Image.fromarray(np.zeros((14, 30, 3), np.uint8)).save(root / "tiny" / "small.png")
+    return {"root": root, "alpha": a, "beta": b}
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("w") / "tiny-x2.safetensors"
+    return save_weights(build_model("asa-small-x2"), path, name="tiny-x2", steps="7")
+
+
+def _eval(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    code = main(["eval", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _rows(out: str) -> dict[str, tuple[float, float]]:
+    """'  name  psnr  ssim' lines of the table -> {name: (psnr, ssim)} (last one wins for 'mean')."""
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] not in ("image", "set"):
+            rows[parts[0]] = (float(parts[1]), float(parts[2]))
+    return rows
+
+
+def test_bicubic_table_matches_library(capsys: pytest.CaptureFixture, sets: dict[str, Path]) -> None:
+    code, out, err = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2")
+    assert code == 0 and err == ""
+    rows = _rows(out)
+    expected = evaluate_folder(sets["alpha"], 2, None)
+    assert [s.name for s in expected] == ["astro", "cam", "cat"]
+    for s in expected:
+        assert rows[s.name] == (round(s.psnr, 4), round(s.ssim, 4))
+    assert rows["mean"][0] == pytest.approx(np.mean([s.psnr for s in expected]), abs=1e-4)
+    assert "alpha (3 images" in out
+
+
+def test_several_sets_json_and_csv(
+    capsys: pytest.CaptureFixture, sets: dict[str, Path], tmp_path: Path
+) -> None:
+    js, cs = tmp_path / "out" / "r.json", tmp_path / "r.csv"
+    code, out, _ = _eval(
+        capsys, "--hr", str(sets["alpha"]), str(sets["beta"]), "--scale", "3", "--channel", "rgb",
+        "--json", str(js), "--csv", str(cs),
+    )
+    assert code == 0
+    doc = json.loads(js.read_text())
+    assert doc["scale"] == 3 and doc["channel"] == "rgb" and doc["model"] == "bicubic"
+    assert [s["name"] for s in doc["sets"]] == ["alpha", "beta"]  # beta/HR is named after its parent
+    for s in doc["sets"]:
+        hr_dir = sets["alpha"] if s["name"] == "alpha" else sets["beta"]
+        ref = evaluate_folder(hr_dir, 3, None, channel="rgb")
+        assert [r["image"] for r in s["per_image"]] == [r.name for r in ref]
+        assert [r["psnr"] for r in s["per_image"]] == pytest.approx([r.psnr for r in ref], abs=1e-12)
+        assert s["psnr"] == pytest.approx(np.mean([r.psnr for r in ref]), abs=1e-12)
+        assert s["images"] == len(ref)
+    with cs.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["set"], r["kind"]) for r in rows] == [
+        ("alpha", "image"), ("alpha", "image"), ("alpha", "image"), ("alpha", "mean"),
+        ("beta", "image"), ("beta", "mean"),
+    ]
+    assert float(rows[3]["psnr"]) == pytest.approx(doc["sets"][0]["psnr"], abs=1e-4)
+    summary = out[out.rindex(" set "):]
+    assert "alpha" in summary and "beta" in summary
+    assert sorted(p.name for p in js.parent.iterdir()) == ["r.json"]  # no temp file left behind
+
+
+def test_model_weights_and_save(capsys: pytest.CaptureFixture, sets: dict[str, Path], weights: Path,
+                                tmp_path: Path) -> None:
+    save = tmp_path / "sr"
+    code, out, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", str(weights),
+                         "--save", str(save), "--device", "cpu")
+    assert code == 0
+    assert "tiny-x2" in out and f"{sum(p.numel() for p in build_model('asa-small-x2').parameters()):,}" in out
+    model, _ = load_weights(weights)
+    up = model_upscaler(model)
+    rows = _rows(out)
+    for path in sorted(sets["alpha"].glob("*.png")):
+        hr = np.asarray(Image.open(path))
+        p, s, sr = score_image(hr, up, 2)
+        assert rows[path.stem] == (round(p, 4), round(s, 4))
+        saved = np.asarray(Image.open(save / "alpha" / f"{path.stem}.png"))
+        np.testing.assert_array_equal(saved, sr)
+    assert np.asarray(Image.open(save / "alpha" / "cam.png")).ndim == 2  # gray scored and saved gray
+
+
+def test_bicubic_save_is_viewable_rgb(
+    capsys: pytest.CaptureFixture, sets: dict[str, Path], tmp_path: Path
+) -> None:
+    code, _, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--save", str(tmp_path))
+    assert code == 0
+    astro = np.asarray(Image.open(sets["alpha"] / "astro.png"))
+    saved = np.asarray(Image.open(tmp_path / "alpha" / "astro.png"))
+    assert saved.shape == (50, 48, 3)
+    # the Y-only baseline is scored; the saved file is the RGB bicubic of the same LR
+    from sr.resize import imresize
+
+    np.testing.assert_array_equal(saved, imresize(make_lr(modcrop(astro, 2), 2), 2))
+
+
+def test_lr_folder_pairs_by_stem(capsys: pytest.CaptureFixture, sets: dict[str, Path], weights: Path,
+                                 tmp_path: Path) -> None:
+    lr_dir = tmp_path / "lr"
+    lr_dir.mkdir()
+    names = {"astro": "astro_x2.png", "cat": "cat_LRBI_x2.png", "cam": "camx2.png"}
+    for stem, name in names.items():
+        hr = np.asarray(Image.open(sets["alpha"] / f"{stem}.png"))
+        Image.fromarray(make_lr(modcrop(hr, 2), 2)).save(lr_dir / name)
+    common = ["--hr", str(sets["alpha"]), "--scale", "2", "--model", str(weights)]
+    _, with_lr, _ = _eval(capsys, *common, "--lr", str(lr_dir))
+    _, without, _ = _eval(capsys, *common)
+    assert f"LR from {lr_dir}" in with_lr
+    assert _rows(with_lr) == _rows(without)  # the same LR images, so the same numbers
+
+    # a wrong-sized LR is caught before anything is scored
+    Image.fromarray(np.zeros((10, 10, 3), np.uint8)).save(lr_dir / "camx2.png")
+    code, out, err = _eval(capsys, *common, "--lr", str(lr_dir))
+    assert code == 2 and "cam.png: HR 50x48" in err and "2 x LR 10x10" in err and out == ""
+    (lr_dir / "camx2.png").unlink()
+    code, _, err = _eval(capsys, *common, "--lr", str(lr_dir))
+    assert code == 2 and "cam.png: no LR image" in err
+    code, _, err = _eval(capsys, *common, "--lr", str(lr_dir), str(lr_dir))
+    assert code == 2 and "one --lr folder per --hr folder" in err
+
+
+def test_lr_name_matching() -> None:
+    assert lr_key("baby_LRBI_x2") == "baby"
+    assert lr_key("0801x4") == "0801"
+    assert lr_key("img_001_SRF_2_LR") == "img_001"
+    assert lr_key("baby_LR") == "baby"
+    assert lr_key("baby") == "baby"
+    hr = [Path("box2.png"), Path("baby_HR.png")]
+    lr = [Path("l/baby_LR.png"), Path("l/box2x2.png"), Path("l/box.png")]
+    assert match_lr(hr, lr) == [Path("l/box2x2.png"), Path("l/baby_LR.png")]
+    with pytest.raises(CLIError, match="several LR images"):
+        match_lr([Path("a.png")], [Path("l/a_x2.png"), Path("l/a_x3.png")])
+
+
+def test_set_names_are_unique_and_descriptive(tmp_path: Path) -> None:
+    dirs = [tmp_path / "x" / "Set5", tmp_path / "Set14" / "HR", tmp_path / "y" / "Set5"]
+    assert set_names(dirs) == ["Set5", "Set14", "Set5-2"]
+
+
+def test_gray_as_rgb_changes_gray_scores(capsys: pytest.CaptureFixture, sets: dict[str, Path]) -> None:
+    _, native, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2")
+    _, as_rgb, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--gray-as-rgb")
+    a, b = _rows(native), _rows(as_rgb)
+    assert a["cam"] != b["cam"]
+    assert a["astro"] == b["astro"] and a["cat"] == b["cat"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--hr", "{root}/missing", "--scale", "2"], "HR folder not found"),
+        (["--hr", "{root}/empty", "--scale", "2"], "no images in HR folder"),
+        (["--hr", "{root}/alpha/astro.png", "--scale", "2"], "not a folder"),
+        (["--hr", "{root}/corrupt", "--scale", "2"], "broken.png: not a readable image"),
+        (["--hr", "{root}/tiny", "--scale", "2"], "small.png: 30x14 is too small to score at x2"),
+        (["--hr", "{root}/alpha", "--scale", "1"], "--scale must be between 2 and 8"),
+        (["--hr", "{root}/alpha", "--scale", "5", "--model", "{w}"], "x2, x3 and x4 only"),
+        (["--hr", "{root}/alpha", "--scale", "3", "--model", "{w}"], "is a x2 model but --scale is 3"),
+        (["--hr", "{root}/alpha", "--scale", "2", "--model", "no-such-model"], "unknown model 'no-such"),
+        (["--hr", "{root}/alpha", "--scale", "2", "--model", "{root}/bad.safetensors"], "not a readable"),
+        (["--hr", "{root}/alpha", "--scale", "2", "--json", "{root}"], "is a folder"),
+        (["--hr", "{root}/alpha", "--scale", "2", "--device", "nonsense"], "unknown device"),
+    ],
+)
+def test_errors_exit_nonzero_with_message(capsys: pytest.CaptureFixture, sets: dict[str, Path], weights: Path,
+                                          argv: list[str], message: str) -> None:
+    root = sets["root"]
+    (root / "bad.safetensors").write_bytes(b"\x00garbage" * 10)
+    argv = [a.format(root=root, w=weights) for a in argv]
+    code, out, err = _eval(capsys, *argv)
+    assert code == 2
+    assert err.startswith("sr eval: error: ") and message in err
+    assert out == ""  # nothing scored, nothing printed
+
+
+def test_errors_as_a_process(sets: dict[str, Path], tmp_path: Path) -> None:
+    bad = tmp_path / "corrupt.safetensors"
+    bad.write_bytes(b"{}" * 50)
+    js = tmp_path / "never.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sr", "eval", "--hr", str(sets["alpha"]), "--scale", "2", "--model", str(bad),
+         "--json", str(js)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "sr eval: error:" in proc.stderr and "corrupt.safetensors" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not js.exists()

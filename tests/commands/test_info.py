@@ -1,0 +1,126 @@
+"""``sr info``: presets, weights files (with their metadata), the --all table and errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sr.cli import main
+from sr.commands.info import attention_summary, preset_of
+from sr.models import PRESETS, build_config, build_model, count_macs, count_params
+from sr.weights import save_weights
+
+
+@pytest.fixture(autouse=True)
+def _restore_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # sr.cli.main rewrites sys.argv
+
+
+def _info(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    code = main(["info", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _fields(out: str) -> dict[str, str]:
+    rows = {}
+    for line in out.splitlines()[1:]:
+        key, _, value = line.strip().partition("  ")
+        rows[key] = value.strip()
+    return rows
+
+
+def test_preset_summary_default_size(capsys: pytest.CaptureFixture) -> None:
+    # MACs of the adaptive blocks follow the gate, so both sides get the same (seeded) random weights.
+    torch.manual_seed(0)
+    code, out, err = _info(capsys, "asa-small-x4")  # x4 is the cheapest to count at 1280x720
+    assert code == 0 and err == ""
+    torch.manual_seed(0)
+    model = build_model("asa-small-x4").eval()
+    f = _fields(out)
+    assert out.splitlines()[0] == "asa-small-x4"
+    assert f["preset"] == "asa-small" and f["scale"] == "x4"
+    assert f["channels"] == str(PRESETS["asa-small"]["channels"])
+    assert f["params"].startswith(f"{count_params(model):,} ")
+    assert f["attention"] == "adaptive (region=4, k_min=0, k_max=8, budget=4.0, stride=2)"
+    assert f["MACs"] == f"{count_macs(model, (720, 1280)) / 1e9:.2f} G for a 1280x720 output (320x180 input)"
+    assert "random weights" in f["source"]
+
+
+def test_weights_file_shows_metadata(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    model = build_model("asa-small-x2", attention="window")
+    path = save_weights(
+        model, tmp_path / "w.safetensors", name="win-x2", steps="1500", train_seconds="5400",
+        validation=json.dumps({"Set5": {"psnr": 35.123, "ssim": 0.9412}}), note="ablation",
+    )
+    code, out, _ = _info(capsys, str(path), "--size", "96x64")
+    assert code == 0
+    f = _fields(out)
+    assert out.splitlines()[0] == "win-x2"
+    assert f["source"] == f"weights file {path}"
+    assert f["preset"] == "asa-small (attention: window)"
+    assert f["attention"] == "window (window=8, stride=2)"
+    assert f["params"].startswith(f"{count_params(model):,} ")
+    assert f["MACs"].endswith("G for a 96x64 output (48x32 input)")
+    assert f["training steps"] == "1500"
+    assert f["training time"] == "1.50 h (5400 s)"
+    assert f["validation"] == "Set5 35.123 dB / 0.9412"
+    assert f["note"] == "ablation"
+
+
+def test_all_table(capsys: pytest.CaptureFixture) -> None:
+    code, out, _ = _info(capsys, "--all", "--size", "48x48")
+    assert code == 0
+    lines = out.splitlines()
+    assert "48x48 output" in lines[0] and lines[1].split()[0] == "model"
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert sorted(rows) == sorted(f"{p}-x{s}" for p in PRESETS for s in (2, 3, 4))
+    base = build_model("asa-base-x3")
+    assert rows["asa-base-x3"][4] == f"{count_params(base):,}"
+    assert float(rows["asa-base-x3"][5]) == pytest.approx(count_macs(base.eval(), (48, 48)) / 1e9, abs=0.005)
+
+
+def test_shipped_name_prefers_the_weights_file(capsys: pytest.CaptureFixture, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import sr.weights
+
+    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
+    path = save_weights(build_model("asa-small-x3"), tmp_path / "asa-small-x3.safetensors", steps="42")
+    code, out, _ = _info(capsys, "asa-small-x3", "--size", "48x48")
+    assert code == 0
+    f = _fields(out)
+    assert f["source"] == f"weights file {path}" and f["training steps"] == "42"
+    code, out, _ = _info(capsys, "--all", "--size", "24x24")
+    shipped = [line.split()[0] for line in out.splitlines() if line.endswith("shipped")]
+    assert shipped == ["asa-small-x3"]
+
+
+def test_helpers() -> None:
+    assert preset_of(build_config("asa-medium", 3)) == "asa-medium"
+    assert preset_of(build_config("asa-medium", 3, channels=30)) == "custom"
+    assert attention_summary(build_config("asa-base", 2, attention="none")) == "none"
+    topk = build_config("asa-base", 2, attention="topk")
+    assert attention_summary(topk) == "topk (region=4, k=4, stride=2)"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["no-such-model"], "unknown model 'no-such-model'"),
+        (["asa-base-x5"], "unknown model 'asa-base-x5'"),
+        (["{tmp}/missing.safetensors"], "weights file not found"),
+        (["{tmp}/bad.safetensors"], "not a readable safetensors file"),
+        ([], "give either a MODEL or --all"),
+        (["asa-base-x2", "--all"], "give either a MODEL or --all"),
+        (["asa-base-x2", "--size", "big"], "--size must look like 1280x720"),
+    ],
+)
+def test_errors(capsys: pytest.CaptureFixture, tmp_path: Path, argv: list[str], message: str) -> None:
+    (tmp_path / "bad.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json")
+    code, out, err = _info(capsys, *(a.format(tmp=tmp_path) for a in argv))
+    assert code == 2 and out == ""
+    assert err.startswith("sr info: error: ") and message in err

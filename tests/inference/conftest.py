@@ -1,0 +1,35 @@
+"""Tiny weights for the engine tests: made here, saved to tmp folders, passed by path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from sr.models import NetConfig, SRNet
+from sr.models.registry import ASA
+from sr.weights import save_weights
+
+
+def tiny_net(scale: int = 2, seed: int = 0) -> SRNet:
+    """An adaptive-attention SRNet small enough to run 2048x2048 on one CPU thread in seconds."""
+    torch.manual_seed(seed)
+    cfg = NetConfig(scale=scale, channels=8, blocks=2, attn_every=2, heads=2, attention="adaptive",
+                    attn_options=dict(ASA))
+    return SRNet(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def weights_dir(tmp_path_factory) -> Path:
+    """A folder holding the family 'tiny' at x2, x3 and x4."""
+    folder = tmp_path_factory.mktemp("weights")
+    for s in (2, 3, 4):
+        save_weights(tiny_net(s, seed=s), folder / f"tiny-x{s}.safetensors", preset="tiny",
+                     validation='{"Set5": {"psnr": 30.5, "ssim": 0.9}, "Set14": {"psnr": 28.25, "ssim": 0.8}}')
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_x2(weights_dir) -> Path:
+    return weights_dir / "tiny-x2.safetensors"

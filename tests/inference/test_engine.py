@@ -1,0 +1,199 @@
+"""Upscaler: weights resolution, devices, shapes and modes, outscale planning, thread safety."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+
+from sr.inference import UpscaleError, Upscaler, choose_passes, list_models
+from sr.inference.resample import resize_to
+from sr.io import DecodedImage
+
+
+def texture(h: int, w: int, c: int = 3, seed: int = 0) -> np.ndarray:
+    """Smooth colour gradients plus fine noise: detail at every scale, values in [0, 1]."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w] / max(h, w)
+    base = np.stack([np.sin(7 * xx + 3 * k) * np.cos(5 * yy - k) for k in range(c)], axis=2)
+    return np.clip(0.5 + 0.35 * base + 0.1 * rng.standard_normal((h, w, c)), 0, 1).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def up(tiny_x2) -> Upscaler:
+    return Upscaler(str(tiny_x2), device="cpu", tile=None, threads=1)
+
+
+# -- construction ------------------------------------------------------------------------------
+def test_family_from_weights_dir_has_all_scales(weights_dir):
+    up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1)
+    assert up.scales == [2, 3, 4]
+    assert up.device == torch.device("cpu")
+    res = up.upscale(DecodedImage(texture(9, 7)), scale=3)
+    assert res.image.pixels.shape == (27, 21, 3)
+    assert (res.model, res.scale) == ("tiny-x3", 3)
+
+
+def test_single_file_and_full_name(weights_dir, tiny_x2):
+    assert Upscaler(tiny_x2, device="cpu", threads=1).scales == [2]
+    named = Upscaler("tiny-x4", device="cpu", weights_dir=weights_dir, threads=1)
+    assert named.scales == [4]
+
+
+def test_unknown_model_lists_what_exists(weights_dir):
+    with pytest.raises(UpscaleError, match="tiny-x2"):
+        Upscaler("nope", device="cpu", weights_dir=weights_dir)
+    with pytest.raises(UpscaleError, match="not found"):
+        Upscaler("/no/such/file.safetensors", device="cpu")
+
+
+def test_corrupt_weights_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x00" * 64)
+    with pytest.raises(UpscaleError, match="bad.safetensors"):
+        Upscaler(bad, device="cpu")
+
+
+def test_devices_and_dtype(tiny_x2):
+    with pytest.raises(UpscaleError, match="unknown device"):
+        Upscaler(tiny_x2, device="tpu9")
+    if not torch.cuda.is_available():
+        with pytest.raises(UpscaleError, match="not available"):
+            Upscaler(tiny_x2, device="cuda")
+    up = Upscaler(tiny_x2, device="cpu", threads=1)
+    assert up.dtype == torch.float32  # never half precision on CPU
+    assert torch.get_num_threads() == 1
+
+
+def test_bad_tile_arguments(tiny_x2):
+    with pytest.raises(UpscaleError, match="tile"):
+        Upscaler(tiny_x2, device="cpu", tile="big")
+    with pytest.raises(UpscaleError, match="too small"):
+        Upscaler(tiny_x2, device="cpu", tile=20, tile_overlap=16)
+    with pytest.raises(UpscaleError, match="tile_overlap"):
+        Upscaler(tiny_x2, device="cpu", tile_overlap=-1)
+
+
+def test_list_models_reads_metadata(weights_dir):
+    models = {m["name"]: m for m in list_models(weights_dir)}
+    assert set(models) == {"tiny-x2", "tiny-x3", "tiny-x4"}
+    m = models["tiny-x3"]
+    assert (m["preset"], m["scale"], m["set5_psnr"], m["set14_psnr"], m["k_max"]) == ("tiny", 3, 30.5, 28.25, 8)
+    assert m["params"] == sum(p.numel() for p in Upscaler(m["path"], device="cpu")._get(3).net.parameters())
+    assert list_models(weights_dir / "missing") == []
+
+
+# -- images ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("h,w", [(1, 1), (1, 5), (7, 3), (37, 23)])
+def test_any_size_including_1x1_and_odd(up, h, w):
+    res = up.upscale(DecodedImage(texture(h, w)))
+    px = res.image.pixels
+    assert px.shape == (2 * h, 2 * w, 3) and px.dtype == np.float32
+    assert np.isfinite(px).all() and px.min() >= 0 and px.max() <= 1
+    assert res.seconds > 0
+
+
+def test_gray_stays_gray_and_is_the_rgb_mean(up):
+    gray = texture(21, 17, c=1)
+    res = up.upscale(DecodedImage(gray))
+    assert res.image.pixels.shape == (42, 34, 1) and res.image.is_gray
+    rgb = up.upscale(DecodedImage(np.repeat(gray, 3, axis=2))).image.pixels
+    np.testing.assert_allclose(res.image.pixels[:, :, 0], rgb.mean(axis=2), atol=1e-5)
+
+
+def test_alpha_bicubic_and_through_the_model(up):
+    px, alpha = texture(20, 30), texture(20, 30, c=1, seed=3)[:, :, 0]
+    img = DecodedImage(px, alpha=alpha)
+    bic = up.upscale(img, alpha_mode="bicubic").image
+    np.testing.assert_allclose(bic.alpha, np.clip(resize_to(alpha, 40, 60), 0, 1), atol=1e-6)
+    mod = up.upscale(img, alpha_mode="model").image
+    expected = up.upscale(DecodedImage(alpha[:, :, None])).image.pixels[:, :, 0]
+    np.testing.assert_allclose(mod.alpha, expected, atol=1e-6)
+    assert np.abs(mod.alpha - bic.alpha).max() > 1e-3  # the two modes really differ
+    np.testing.assert_array_equal(bic.pixels, mod.pixels)  # colour untouched by the alpha mode
+    with pytest.raises(UpscaleError, match="alpha_mode"):
+        up.upscale(img, alpha_mode="nearest")
+
+
+def test_bit_depth_icc_and_format_are_kept(up):
+    icc = b"fake-profile" * 20
+    img = DecodedImage(texture(8, 8), bit_depth=16, icc_profile=icc, format="PNG", mode="RGB;16")
+    out = up.upscale(img).image
+    assert (out.bit_depth, out.icc_profile, out.format, out.mode) == (16, icc, "PNG", "RGB;16")
+    # 16-bit precision survives: values are not quantised to 8-bit steps
+    steps = np.unique(np.round(out.pixels * 65535) % 257)
+    assert len(steps) > 2
+
+
+# -- sizes -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "factor,scales,expected",
+    [(1.5, [2, 3, 4], [2]), (0.5, [2, 3, 4], [2]), (3, [2, 3, 4], [3]), (3.7, [2, 3, 4], [4]),
+     (5, [2, 3, 4], [2, 3]), (8, [2, 3, 4], [2, 4]), (16, [2, 3, 4], [4, 4]), (8, [2], [2, 2, 2]),
+     (3, [4], [4]), (9, [3, 4], [3, 3])],
+)
+def test_choose_passes(factor, scales, expected):
+    assert choose_passes(factor, scales) == expected
+
+
+def test_outscale_gives_the_exact_size(weights_dir):
+    up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1)
+    img = DecodedImage(texture(23, 37))
+    for s, size in [(1.5, (35, 56)), (3.7, (85, 137)), (0.5, (12, 19)), (8, (184, 296))]:
+        res = up.upscale(img, outscale=s)
+        assert res.image.pixels.shape[:2] == size, s
+        assert res.image.pixels.min() >= 0 and res.image.pixels.max() <= 1
+    assert up.upscale(img, outscale=8).model == "tiny-x2+tiny-x4"
+    assert up.upscale(img, outscale=8).scale == 8
+    assert up.upscale(img, width=74).image.pixels.shape[:2] == (46, 74)  # aspect kept
+    assert up.upscale(img, height=30).image.pixels.shape[:2] == (30, 48)
+    assert up.upscale(img, width=50, height=20).image.pixels.shape[:2] == (20, 50)
+    assert up.upscale(img, scale=2, outscale=3).model == "tiny-x2+tiny-x2"  # scale pins the model
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [({"outscale": 0}, "outscale"), ({"outscale": float("nan")}, "outscale"), ({"outscale": -2}, "outscale"),
+     ({"width": 0}, "width"), ({"height": 2.5}, "height"), ({"outscale": 2, "width": 10}, "either"),
+     ({"scale": 3}, "not available"), ({"outscale": 1e6}, "too large")],
+)
+def test_bad_size_arguments(up, kwargs, match):
+    with pytest.raises(UpscaleError, match=match):
+        up.upscale(DecodedImage(texture(4, 4)), **kwargs)
+
+
+# -- budget maps, threads ----------------------------------------------------------------------
+def test_budget_map_at_output_size_and_stitched_across_tiles(tiny_x2):
+    img = DecodedImage(texture(70, 90))
+    whole = Upscaler(tiny_x2, device="cpu", tile=None, threads=1).upscale(img, with_budget_map=True)
+    tiled = Upscaler(tiny_x2, device="cpu", tile=48, tile_overlap=8, threads=1).upscale(img, with_budget_map=True)
+    for res in (whole, tiled):
+        b = res.budget_map
+        assert b.shape == (140, 180) and b.dtype == np.float32
+        assert b.min() >= 0 and b.max() <= 8  # k_max of the ASA blocks
+        assert 1.0 < b.mean() < 7.0  # normalised around the target budget of 4
+    odd = Upscaler(tiny_x2, device="cpu", threads=1).upscale(img, outscale=1.3, with_budget_map=True)
+    assert odd.budget_map.shape == odd.image.pixels.shape[:2]
+    assert Upscaler(tiny_x2, device="cpu", threads=1).upscale(img).budget_map is None
+
+
+def test_concurrent_calls_equal_sequential_ones(tiny_x2):
+    up = Upscaler(tiny_x2, device="cpu", tile=40, tile_overlap=8, threads=1)
+    images = [DecodedImage(texture(30 + 7 * i, 50 - 3 * i, seed=i)) for i in range(6)]
+    sequential = [up.upscale(im, with_budget_map=True) for im in images]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        concurrent = list(pool.map(lambda im: up.upscale(im, with_budget_map=True), images))
+    for a, b in zip(sequential, concurrent):
+        np.testing.assert_array_equal(a.image.pixels, b.image.pixels)
+        np.testing.assert_array_equal(a.budget_map, b.budget_map)
+
+
+def test_lazy_loading_is_shared_across_threads(weights_dir):
+    up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1)
+    assert up._models == {}  # nothing loaded until used
+    img = DecodedImage(texture(6, 6))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda _: up.upscale(img, scale=4), range(8)))
+    assert list(up._models) == [4]

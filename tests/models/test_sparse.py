@@ -1,0 +1,230 @@
+"""Top-k and adaptive sparse attention: equivalences, tiers, budgets, the gate, precision, gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sr.models.attention import AdaptiveSparseAttention, DenseAttention, TopkAttention, attention
+from sr.models.attention.routing import (
+    coarse_topk,
+    from_head_regions,
+    tiered_attention,
+    to_head_regions,
+)
+
+
+def textured_and_flat(c: int, h: int = 16, w: int = 16, seed: int = 0) -> torch.Tensor:
+    """(1, C, H, W): noise on the left half, a constant on the right half."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.full((1, c, h, w), 0.5)
+    x[..., : w // 2] = torch.randn(1, c, h, w // 2, generator=g)
+    return x
+
+
+def variance_gate(module: AdaptiveSparseAttention, gain: float = 0.1505, floor: float = 0.5413) -> None:
+    """Hand-set gate: score = softplus(floor + gain * sum of the region's channel variances).
+
+    Flat regions score softplus(0.5413) = 1; unit-variance noise over 16 channels scores
+    softplus(0.5413 + 16 * 0.1505) = 3, so with half of each a budget of 4 splits into k = 6 / 2.
+    """
+    first, last = module.gate.net[0], module.gate.net[-1]
+    c = module.dim
+    with torch.no_grad():
+        first.weight.zero_()
+        first.bias.zero_()
+        first.weight[0, c:, 0, 0] = 1.0  # hidden unit 0 = sum of the variances
+        last.weight.zero_()
+        last.weight[0, 0, 1, 1] = gain  # centre tap only: no spill into neighbouring regions
+        last.bias.fill_(floor)
+
+
+def adaptive_pair(budgets=(4.0, 2.0), c: int = 16, heads: int = 2, **kw) -> list[AdaptiveSparseAttention]:
+    torch.manual_seed(0)
+    first = AdaptiveSparseAttention(c, heads, region=4, k_min=0, k_max=8, budget=budgets[0], **kw)
+    out = [first]
+    for b in budgets[1:]:
+        m = AdaptiveSparseAttention(c, heads, region=4, k_min=0, k_max=8, budget=b, **kw)
+        m.load_state_dict(first.state_dict())
+        out.append(m)
+    return out
+
+
+# --- equivalences -------------------------------------------------------------------------------
+
+
+def _with_dense_weights(module, dense: DenseAttention):
+    module.load_state_dict(dense.state_dict(), strict=False)  # qkv, lepe, proj; the gate stays
+    return module
+
+
+def test_topk_and_adaptive_with_k_all_regions_equal_dense():
+    torch.manual_seed(0)
+    c, heads = 24, 3
+    dense = DenseAttention(c, heads).eval()
+    x = torch.randn(2, c, 8, 12)  # regions of 4: N = 2 * 3 = 6, no padding
+    n = 6
+    topk = _with_dense_weights(TopkAttention(c, heads, region=4, k=n), dense).eval()
+    adaptive = _with_dense_weights(AdaptiveSparseAttention(c, heads, 4, k_min=n, k_max=n, budget=n), dense)
+    with torch.no_grad():
+        ref = dense(x)
+        torch.testing.assert_close(topk(x), ref, atol=1e-5, rtol=0)
+        torch.testing.assert_close(adaptive.eval()(x), ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(adaptive.train()(x), ref, atol=1e-5, rtol=0)  # the soft training path
+    torch.testing.assert_close(topk.train()(x), ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_inference_tiers_equal_the_soft_training_path_at_integer_k(k):
+    # At integer k the soft rank mask is exactly hard top-k, so training and inference must agree.
+    torch.manual_seed(k)
+    module = AdaptiveSparseAttention(24, 3, region=4, k_min=k, k_max=k, budget=k)
+    x = torch.randn(2, 24, 18, 13)  # padded to 20 x 16: N = 20 regions
+    soft = module.train()(x)
+    with torch.no_grad():
+        hard = module.eval()(x)
+    torch.testing.assert_close(hard, soft.detach(), atol=1e-5, rtol=0)
+
+
+def test_tiered_attention_matches_a_per_region_reference():
+    g = torch.Generator().manual_seed(0)
+    b, c, heads, p, hw = 2, 8, 2, 2, (6, 4)
+    n = (hw[0] // p) * (hw[1] // p)  # 6 regions per image
+    q, k, v = (torch.randn(b, c, *hw, generator=g) for _ in range(3))
+    idx = torch.stack([torch.stack([torch.randperm(n, generator=g)[:5] for _ in range(n)]) for _ in range(b)])
+    k_int = torch.randint(0, 6, (b, n), generator=g)
+    k_int[0, 0], k_int[1, 2] = 0, 5
+    qh, kh, vh = (to_head_regions(t, p, heads) for t in (q, k, v))
+    stats: dict = {}
+    out = from_head_regions(tiered_attention(qh, kh, vh, idx, k_int, stats=stats), b, *hw, p)
+    # The same with at most 3 gathered regions per call (chunked tiers) must not change anything.
+    chunked = from_head_regions(tiered_attention(qh, kh, vh, idx, k_int, max_gather=3), b, *hw, p)
+    torch.testing.assert_close(chunked, out, atol=1e-6, rtol=0)
+    assert stats["gathered"] == int(k_int.sum())
+
+    def region_tokens(t, bi, r):  # (heads, p*p, d) tokens of region r of image bi
+        ry, rx = divmod(r, hw[1] // p)
+        blk = t[bi, :, ry * p : ry * p + p, rx * p : rx * p + p].reshape(heads, c // heads, p * p)
+        return blk.transpose(1, 2)
+
+    for bi in range(b):
+        for r in range(n):
+            ry, rx = divmod(r, hw[1] // p)
+            got = out[bi, :, ry * p : ry * p + p, rx * p : rx * p + p].reshape(heads, c // heads, p * p)
+            t = int(k_int[bi, r])
+            if t == 0:
+                assert torch.equal(got, torch.zeros_like(got))  # k = 0: attention skipped
+                continue
+            keys = torch.cat([region_tokens(k, bi, int(j)) for j in idx[bi, r, :t]], dim=1)
+            vals = torch.cat([region_tokens(v, bi, int(j)) for j in idx[bi, r, :t]], dim=1)
+            ref, _ = attention(region_tokens(q, bi, r), keys, vals)
+            torch.testing.assert_close(got.transpose(1, 2), ref, atol=1e-5, rtol=0)
+
+
+def test_coarse_topk_picks_the_best_pooled_regions_first():
+    g = torch.Generator().manual_seed(0)
+    qr, kr = torch.randn(1, 5, 4, 6, generator=g), torch.randn(1, 7, 4, 6, generator=g)
+    idx = coarse_topk(qr, kr, 3)
+    scores = qr.mean(2) @ kr.mean(2).transpose(1, 2)  # (1, 5, 7)
+    assert torch.equal(idx, scores.argsort(dim=-1, descending=True)[..., :3])
+    assert torch.equal(coarse_topk(qr, kr, 3, chunk=2), idx)  # query chunks change nothing
+
+
+# --- budgets and the gate -------------------------------------------------------------------------
+
+
+def _budget(module, x) -> tuple[torch.Tensor, int]:
+    aux: dict = {}
+    with torch.no_grad():
+        module.eval()(x, aux)
+    return aux["budget_maps"][0], aux["gathered_regions"][0]
+
+
+def test_budget_map_mean_matches_the_target_in_eval_mode():
+    x = textured_and_flat(16)
+    for module in adaptive_pair((4.0, 2.0, 3.0)):  # as initialised
+        kmap, _ = _budget(module, x)
+        assert kmap.shape == (1, 1, 16, 16)
+        assert torch.equal(kmap, kmap.round()) and kmap.min() >= 0 and kmap.max() <= 8
+        assert abs(kmap.mean().item() - module.budget) <= 0.25
+    module = adaptive_pair((4.0,))[0]
+    variance_gate(module)
+    kmap, _ = _budget(module, x)
+    assert abs(kmap.mean().item() - 4.0) <= 0.25
+
+
+def test_the_gate_gives_textured_regions_a_larger_budget():
+    module = adaptive_pair((4.0,))[0]
+    variance_gate(module)
+    kmap, _ = _budget(module, textured_and_flat(16))
+    textured, flat = kmap[..., :8], kmap[..., 8:]
+    assert textured.min() > flat.max()
+    # Sample variances of 16-token regions are ~1, not exactly 1: about k = 6 and 2.
+    assert textured.mean().item() == pytest.approx(6.0, abs=0.5) and flat.mean().item() == pytest.approx(2.0, abs=0.5)
+
+
+def test_halving_the_budget_halves_the_gathered_key_regions():
+    x = textured_and_flat(16, 32, 32)  # 64 regions
+    for gate in ("init", "variance"):
+        b4, b2 = adaptive_pair((4.0, 2.0))
+        if gate == "variance":
+            variance_gate(b4)
+            variance_gate(b2)
+        k4, gathered4 = _budget(b4, x)
+        k2, gathered2 = _budget(b2, x)
+        # Tier t gathers exactly t regions per query region: the count is the budget map's sum.
+        assert gathered4 == int(k4[..., ::4, ::4].sum()) and gathered2 == int(k2[..., ::4, ::4].sum())
+        assert gathered4 == pytest.approx(4 * 64, rel=0.05)
+        assert gathered2 / gathered4 == pytest.approx(0.5, abs=0.05)
+
+
+def zero_for_flat_gate(module: AdaptiveSparseAttention) -> None:
+    """A gate whose score underflows to exactly 0 on flat regions (k = 0 there, in every path)."""
+    variance_gate(module, gain=20.0, floor=-200.0)
+
+
+def test_k_zero_regions_skip_attention():
+    module = adaptive_pair((4.0,))[0]
+    zero_for_flat_gate(module)
+    x = textured_and_flat(16)
+    q, k, v = module.qkv(x).chunk(3, dim=1)
+    aux: dict = {}
+    with torch.no_grad():
+        out = module.eval().attend(q, k, v, x, aux)
+    assert (aux["budget_maps"][0][..., 8:] == 0).all()
+    assert torch.equal(out[..., 8:], torch.zeros_like(out[..., 8:]))
+    assert out[..., :8].abs().amin(dim=(0, 1)).max() > 0
+    soft = module.train().attend(q, k, v, x, {})
+    assert torch.equal(soft[..., 8:], torch.zeros_like(soft[..., 8:]))  # the soft path fades out too
+
+
+# --- precision and gradients ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["topk", "adaptive"])
+def test_half_precision_gives_no_nan(dtype, kind):
+    torch.manual_seed(0)
+    if kind == "topk":
+        module = TopkAttention(16, 2, region=4, k=3)
+    else:
+        module = AdaptiveSparseAttention(16, 2, region=4, k_min=0, k_max=8, budget=4.0)
+        zero_for_flat_gate(module)  # k = 0 regions: fully blocked rows in the soft path
+    module = module.to(dtype)
+    x = textured_and_flat(16, 18, 14).to(dtype)
+    with torch.no_grad():
+        y = module.eval()(x)
+    assert y.dtype == dtype and torch.isfinite(y).all()
+    y = module.train()(x)
+    assert torch.isfinite(y).all()
+
+
+def test_every_parameter_of_a_lone_adaptive_module_gets_a_gradient():
+    torch.manual_seed(0)
+    module = AdaptiveSparseAttention(16, 2, region=4, k_min=0, k_max=8, budget=4.0).train()
+    x = torch.randn(2, 16, 16, 16)
+    aux: dict = {}
+    loss = module(x, aux).square().mean() + 0.01 * aux["budget_loss"]
+    loss.backward()
+    for name, p in module.named_parameters():
+        assert p.grad is not None and p.grad.abs().max() > 0, name

@@ -1,0 +1,120 @@
+"""Fixtures for the service tests: tiny random weights, in-process clients, one live `sr serve`."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from service.app import create_app
+from service.settings import Settings
+from sr.models import build_model
+from sr.weights import save_weights
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def weights_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """asa-small x2 and x3 (random init): real files, real loading, no x4 (for the 422 case)."""
+    folder = tmp_path_factory.mktemp("weights")
+    for scale in (2, 3):
+        torch.manual_seed(scale)
+        save_weights(build_model(f"asa-small-x{scale}"), folder / f"asa-small-x{scale}.safetensors",
+                     preset="asa-small", validation='{"Set5": {"psnr": 30.5, "ssim": 0.9}}')
+    return folder
+
+
+def image_bytes(w: int = 24, h: int = 20, mode: str = "RGB", fmt: str = "PNG", seed: int = 0,
+                **save: object) -> bytes:
+    rng = np.random.default_rng(seed)
+    if mode == "I;16":
+        arr = rng.integers(0, 65536, (h, w), dtype=np.uint16)
+        img = Image.fromarray(arr)  # uint16 -> mode I;16
+    else:
+        bands = len(Image.new(mode, (1, 1)).getbands())
+        arr = rng.integers(0, 256, (h, w, bands), dtype=np.uint8)
+        img = Image.fromarray(arr[..., 0] if bands == 1 else arr, mode)
+    buf = io.BytesIO()
+    img.save(buf, format=fmt, **save)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def make_image() -> Callable[..., bytes]:
+    """make_image(w, h, mode, fmt, seed, **save_options) -> encoded image bytes."""
+    return image_bytes
+
+
+@pytest.fixture
+def make_client(weights_dir: Path) -> Iterator[Callable[..., TestClient]]:
+    """make_client(**settings) -> a TestClient whose app has loaded its model (lifespan run)."""
+    opened: list[TestClient] = []
+
+    def make(wait: bool = True, **overrides: object) -> TestClient:
+        values = {"model": "asa-small", "weights_dir": weights_dir, "device": "cpu", "threads": 1,
+                  **overrides}
+        client = TestClient(create_app(Settings(**values)))  # type: ignore[arg-type]
+        client.__enter__()
+        opened.append(client)
+        if wait:
+            assert client.app.state.service.hub.loaded_event.wait(60), "model did not load in 60 s"
+        return client
+
+    yield make
+    for client in opened:
+        client.__exit__(None, None, None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def live_server(weights_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `sr serve` process on a free loopback port; yields its base URL, stops it after."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("serve") / "server.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "SR_MAX_UPLOAD_BYTES": str(2 * 2**20)}
+    cmd = [sys.executable, "-m", "sr", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--weights-dir", str(weights_dir), "--model", "asa-small", "--device", "cpu", "--threads", "1",
+           "--log-level", "warning"]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+                                env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"sr serve exited with {proc.returncode}:\n{log_path.read_text()}")
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"sr serve not ready after 120 s:\n{log_path.read_text()}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

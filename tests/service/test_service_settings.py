@@ -1,0 +1,49 @@
+"""Settings: defaults, SR_* environment variables, validation, flag overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.settings import FORM_OVERHEAD_BYTES, Settings, SettingsError
+
+
+def test_defaults_without_environment() -> None:
+    s = Settings.from_env({})
+    assert s == Settings()
+    assert (s.model, s.device, s.workers, s.api_key, s.cors_origins) == ("asa-base", "auto", 1, None, ())
+    assert s.body_limit == s.max_upload_bytes + FORM_OVERHEAD_BYTES
+
+
+def test_environment_variables_are_parsed() -> None:
+    s = Settings.from_env({
+        "SR_MODEL": "asa-small", "SR_DEVICE": "cpu", "SR_WORKERS": "3", "SR_MAX_QUEUE": "0",
+        "SR_MAX_UPLOAD_BYTES": "1000", "SR_MAX_PIXELS": "4096", "SR_TIMEOUT_S": "2.5", "SR_API_KEY": "k",
+        "SR_CORS_ORIGINS": "http://a.test, http://b.test,", "SR_WEIGHTS_DIR": "/tmp/w", "SR_TILE": "off",
+        "SR_PRELOAD": "false", "SR_THREADS": "",  # empty means unset
+    })
+    assert (s.model, s.device, s.workers, s.max_queue) == ("asa-small", "cpu", 3, 0)
+    assert (s.max_upload_bytes, s.max_pixels, s.timeout_s, s.api_key) == (1000, 4096, 2.5, "k")
+    assert s.cors_origins == ("http://a.test", "http://b.test")
+    assert s.weights_dir == Path("/tmp/w")
+    assert (s.tile, s.preload, s.threads) == (0, False, None)
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"SR_WORKERS": "two"}, "SR_WORKERS"),
+    ({"SR_WORKERS": "0"}, "workers must be >= 1"),
+    ({"SR_MAX_QUEUE": "-1"}, "max queue"),
+    ({"SR_TIMEOUT_S": "0"}, "timeout"),
+    ({"SR_PRELOAD": "maybe"}, "SR_PRELOAD"),
+    ({"SR_TILE": "-5"}, "SR_TILE"),
+])
+def test_bad_values_give_one_clear_error(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(SettingsError, match=needle):
+        Settings.from_env(env)
+
+
+def test_replace_ignores_unset_flags_and_empty_api_key_means_none() -> None:
+    s = Settings(workers=2).replace(workers=None, max_queue=7)
+    assert (s.workers, s.max_queue) == (2, 7)
+    assert Settings(api_key="").api_key is None

@@ -1,0 +1,98 @@
+"""The ``sr`` dispatcher: sub-command modules, CLIError -> message + exit code, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+import types
+
+import pytest
+
+from sr import cli
+from sr.cli import COMMANDS, CLIError, main
+
+
+@pytest.fixture(autouse=True)
+def _restore_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # main rewrites sys.argv
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """A throw-away sub-command 'fake' whose run() does what the test sets in mod.action."""
+    mod = types.ModuleType("sr.commands._fake")
+    mod.action = lambda args: 0
+
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--n", type=int, default=1)
+
+    mod.add_arguments = add_arguments
+    mod.run = lambda args: mod.action(args)
+    monkeypatch.setitem(sys.modules, "sr.commands._fake", mod)
+    monkeypatch.setitem(COMMANDS, "fake", ("_fake", "a test command"))
+    return mod
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_has_a_module(name: str) -> None:
+    module = importlib.import_module(f"sr.commands.{COMMANDS[name][0]}")
+    assert callable(module.add_arguments) and callable(module.run)
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)  # arguments register without clashes
+
+
+def test_dispatch_passes_arguments_and_exit_code(fake: types.ModuleType) -> None:
+    seen = []
+    fake.action = lambda args: seen.append(args.n) or 3
+    assert main(["fake", "--n", "7"]) == 3
+    assert seen == [7]
+    fake.action = lambda args: None  # returning nothing means success
+    assert main(["fake"]) == 0
+
+
+def test_cli_error_becomes_message(fake: types.ModuleType, capsys: pytest.CaptureFixture) -> None:
+    def fail(args: argparse.Namespace) -> int:
+        raise CLIError("the thing is wrong")
+
+    fake.action = fail
+    assert main(["fake"]) == 2
+    assert capsys.readouterr().err == "sr fake: error: the thing is wrong\n"
+
+    def fail_5(args: argparse.Namespace) -> int:
+        raise CLIError("busy", code=5)
+
+    fake.action = fail_5
+    assert main(["fake"]) == 5
+
+
+def test_keyboard_interrupt_exits_130(fake: types.ModuleType, capsys: pytest.CaptureFixture) -> None:
+    def interrupted(args: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    fake.action = interrupted
+    assert main(["fake"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [[], ["no-such-command"], ["fake", "--n", "x"]])
+def test_usage_errors_exit_2(fake: types.ModuleType, capsys: pytest.CaptureFixture, argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert "usage: sr" in capsys.readouterr().err
+
+
+def test_parser_lists_every_command() -> None:
+    sys.argv = ["sr"]  # no --help: modules are not imported, only named
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(COMMANDS)
+
+
+def test_python_m_sr_usage_error_has_no_traceback() -> None:
+    proc = subprocess.run([sys.executable, "-m", "sr", "no-such-command"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert "invalid choice: 'no-such-command'" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,733 @@
+"""sr.io: decoding every supported mode/format, typed errors for bad input, encoding, atomic writes.
+
+Every image is made here (numpy/PIL/tifffile). Any warning that leaks out of sr.io fails the test.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageCms, ImageOps
+
+from sr.io import (
+    DEFAULT_MAX_PIXELS,
+    AnimatedImageError,
+    DecodedImage,
+    ImageDecodeError,
+    ImageEncodeError,
+    ImageError,
+    ImageTooLargeError,
+    ImageWriteError,
+    encode_image,
+    encode_png16,
+    format_from_path,
+    mime_type,
+    normalize_format,
+    read_image,
+    suffix_for,
+    write_image,
+)
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+SRGB = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+
+
+def save(im: Image.Image, fmt: str, **options) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, format=fmt, **options)
+    return buf.getvalue()
+
+
+def rgb_test_image(w: int = 24, h: int = 16, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+def as8(x: np.ndarray) -> np.ndarray:
+    return np.rint(x * 255).astype(np.int32)
+
+
+def as16(x: np.ndarray) -> np.ndarray:
+    return np.rint(x * 65535).astype(np.int64)
+
+
+def marker_jpeg(orientation: int) -> bytes:
+    """48x32 gray JPEG with a red 8x8 block in its stored top-left corner."""
+    a = np.full((32, 48, 3), 128, np.uint8)
+    a[:8, :8] = (255, 0, 0)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return save(Image.fromarray(a), "JPEG", quality=95, exif=exif.tobytes())
+
+
+def is_red(block: np.ndarray) -> bool:
+    mean = block.reshape(-1, 3).mean(axis=0)
+    return bool(mean[0] > 0.85 and mean[1] < 0.15 and mean[2] < 0.15)
+
+
+# ---------------------------------------------------------------------------------- orientation
+
+
+def test_exif_orientation_6_rotates_clockwise():
+    img = read_image(marker_jpeg(6))
+    assert img.pixels.shape == (48, 32, 3)  # width and height swapped
+    assert is_red(img.pixels[1:7, -7:-1])  # stored top-left -> displayed top-right
+    assert not is_red(img.pixels[1:7, 1:7])
+
+
+def test_exif_orientation_3_rotates_180():
+    img = read_image(marker_jpeg(3))
+    assert img.pixels.shape == (32, 48, 3)
+    assert is_red(img.pixels[-7:-1, -7:-1])  # stored top-left -> displayed bottom-right
+    assert not is_red(img.pixels[1:7, 1:7])
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_every_orientation_matches_pillow_exif_transpose(orientation):
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = save(Image.fromarray(rgb_test_image(7, 5)), "PNG", exif=exif.tobytes())
+    expected = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))))
+    img = read_image(data)
+    np.testing.assert_array_equal(as8(img.pixels), expected)
+
+
+def test_orientation_also_applies_to_alpha():
+    a = np.zeros((4, 6, 4), np.uint8)
+    a[..., 3] = 255
+    a[0, 0, 3] = 7  # one marked alpha value in the stored top-left
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    img = read_image(save(Image.fromarray(a), "PNG", exif=exif.tobytes()))
+    assert img.alpha.shape == (6, 4)
+    assert as8(img.alpha)[0, -1] == 7 and (as8(img.alpha) == 255).sum() == 23
+
+
+# ------------------------------------------------------------------------------- modes and formats
+
+
+def test_gray_stays_gray():
+    a = np.arange(60, dtype=np.uint8).reshape(6, 10) * 4
+    img = read_image(save(Image.fromarray(a), "PNG"))
+    assert img.pixels.shape == (6, 10, 1) and img.pixels.dtype == np.float32
+    assert img.is_gray and not img.has_alpha and img.bit_depth == 8
+    assert (img.height, img.width, img.channels) == (6, 10, 1)
+    np.testing.assert_array_equal(as8(img.pixels[..., 0]), a)
+
+
+def test_rgb_png_exact_and_metadata():
+    a = rgb_test_image()
+    img = read_image(save(Image.fromarray(a), "PNG"))
+    assert (img.format, img.mode, img.bit_depth, img.alpha, img.icc_profile) == ("PNG", "RGB", 8, None, None)
+    np.testing.assert_array_equal(as8(img.pixels), a)
+    assert float(img.pixels.min()) >= 0.0 and float(img.pixels.max()) <= 1.0
+
+
+def test_palette_with_trns_index():
+    p = Image.new("P", (3, 2), 0)
+    p.putpalette([255, 0, 0, 0, 255, 0, 0, 0, 255])
+    p.putpixel((1, 0), 1)
+    p.putpixel((2, 1), 2)
+    img = read_image(save(p, "PNG", transparency=1))
+    assert img.pixels.shape == (2, 3, 3) and img.mode == "P"
+    expected_alpha = np.full((2, 3), 255)
+    expected_alpha[0, 1] = 0
+    np.testing.assert_array_equal(as8(img.alpha), expected_alpha)
+    np.testing.assert_array_equal(as8(img.pixels[1, 2]), [0, 0, 255])
+    np.testing.assert_array_equal(as8(img.pixels[0, 0]), [255, 0, 0])
+
+
+def test_palette_with_per_entry_alpha():
+    p = Image.new("P", (3, 1), 0)
+    p.putpalette([255, 0, 0, 0, 255, 0, 0, 0, 255])
+    p.putpixel((1, 0), 1)
+    p.putpixel((2, 0), 2)
+    data = save(p, "PNG", transparency=bytes([255, 128, 0]))  # tRNS with one alpha per palette entry
+    img = read_image(data)
+    np.testing.assert_array_equal(as8(img.alpha[0]), [255, 128, 0])
+    np.testing.assert_array_equal(as8(img.pixels[0, 1]), [0, 255, 0])
+
+
+def test_gif_transparency_and_gray_palette():
+    p = Image.new("P", (4, 4), 0)
+    p.putpalette([v for g in (0, 85, 170, 255) for v in (g, g, g)])
+    p.putpixel((3, 3), 3)
+    p.putpixel((0, 3), 2)
+    img = read_image(save(p, "GIF", transparency=3))
+    assert img.format == "GIF" and img.is_gray  # an all-gray palette stays one channel
+    assert as8(img.alpha)[3, 3] == 0 and (as8(img.alpha) == 255).sum() == 15
+    assert as8(img.pixels)[3, 0, 0] == 170
+
+
+def test_la_splits_alpha():
+    la = np.stack([np.arange(12, dtype=np.uint8).reshape(3, 4) * 20, np.full((3, 4), 99, np.uint8)], axis=2)
+    la[2, 3, 1] = 0
+    img = read_image(save(Image.fromarray(la), "PNG"))
+    assert img.pixels.shape == (3, 4, 1) and img.alpha.shape == (3, 4)
+    np.testing.assert_array_equal(as8(img.pixels[..., 0]), la[..., 0])
+    np.testing.assert_array_equal(as8(img.alpha), la[..., 1])
+
+
+def test_gray_and_rgb_colour_key_transparency():
+    g = np.array([[5, 9], [9, 200]], np.uint8)
+    img = read_image(save(Image.fromarray(g), "PNG", transparency=9))
+    np.testing.assert_array_equal(as8(img.alpha), [[255, 0], [0, 255]])
+    a = rgb_test_image(2, 2)
+    a[1, 1] = (1, 2, 3)
+    img = read_image(save(Image.fromarray(a), "PNG", transparency=(1, 2, 3)))
+    assert as8(img.alpha).tolist() == [[255, 255], [255, 0]]
+
+
+def test_one_bit():
+    bits = np.zeros((5, 9), bool)
+    bits[1, 2] = bits[4, 8] = True
+    img = read_image(save(Image.fromarray(bits), "PNG"))
+    assert img.mode == "1" and img.pixels.shape == (5, 9, 1) and img.bit_depth == 8
+    np.testing.assert_array_equal(img.pixels[..., 0], bits.astype(np.float32))
+
+
+def test_16bit_gray_png_keeps_full_precision_and_round_trips():
+    a = (np.arange(35, dtype=np.uint16).reshape(5, 7) * 1871 + 3).astype(np.uint16)
+    img = read_image(save(Image.fromarray(a), "PNG"))
+    assert img.bit_depth == 16 and img.mode == "I;16" and img.pixels.shape == (5, 7, 1)
+    np.testing.assert_array_equal(as16(img.pixels[..., 0]), a)
+    back = read_image(encode_image(img, "png"))
+    assert back.bit_depth == 16 and back.is_gray
+    np.testing.assert_array_equal(as16(back.pixels[..., 0]), a)
+
+
+ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+
+
+def png16_reference(samples: np.ndarray, interlace: bool = False) -> bytes:
+    """A plain 16-bit PNG (filter 0 on every row), independent of sr.io's encoder."""
+    h, w, c = samples.shape
+    colour_type = {1: 0, 2: 4, 3: 2, 4: 6}[c]
+    passes = [samples[y0::dy, x0::dx] for x0, y0, dx, dy in ADAM7] if interlace else [samples]
+    raw = b"".join(b"\x00" + row.astype(">u2").tobytes() for p in passes if p.size for row in p)
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+    ihdr = struct.pack(">IIBBBBB", w, h, 16, colour_type, 0, 0, int(interlace))
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    )
+
+
+def wide_samples(c: int, h: int = 9, w: int = 11) -> np.ndarray:
+    """Values whose high and low bytes both vary, so an 8-bit read cannot pass."""
+    rng = np.random.default_rng(c)
+    return rng.integers(0, 65536, (h, w, c), dtype=np.uint16)
+
+
+@pytest.mark.parametrize("interlace", [False, True])
+@pytest.mark.parametrize("channels", [2, 3, 4])
+def test_16bit_colour_and_gray_alpha_png_read_exact(channels, interlace):
+    s = wide_samples(channels)
+    img = read_image(png16_reference(s, interlace))
+    assert img.bit_depth == 16
+    colour = s[..., :3] if channels >= 3 else s[..., :1]
+    np.testing.assert_array_equal(as16(img.pixels), colour)
+    if channels in (2, 4):
+        np.testing.assert_array_equal(as16(img.alpha), s[..., -1])
+    else:
+        assert img.alpha is None
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+def test_16bit_png_encode_round_trip_exact(channels):
+    s = wide_samples(channels, 13, 17)
+    colour = s[..., :3] if channels >= 3 else s[..., :1]
+    alpha = s[..., -1] if channels in (2, 4) else None
+    img = DecodedImage(
+        colour / 65535.0,
+        None if alpha is None else alpha / 65535.0,
+        bit_depth=16,
+        icc_profile=SRGB if channels >= 3 else None,
+    )
+    data = encode_image(img, "png")
+    back = read_image(data)
+    assert back.bit_depth == 16 and back.channels == colour.shape[2]
+    np.testing.assert_array_equal(as16(back.pixels), colour)
+    if alpha is not None:
+        np.testing.assert_array_equal(as16(back.alpha), alpha)
+    assert back.icc_profile == (SRGB if channels >= 3 else None)
+    # Pillow's stock (8-bit) decoder must agree on the high bytes: an independent check of the file
+    stock = np.asarray(Image.open(io.BytesIO(data)))
+    if channels == 3:
+        np.testing.assert_array_equal(stock, (colour >> 8).astype(np.uint8))
+
+
+@pytest.mark.parametrize("filter_type", [0, 1, 2, 3, 4])
+def test_png16_every_filter_type_decodes(filter_type):
+    s = wide_samples(3, 6, 5)
+    s[:3] = np.arange(5, dtype=np.uint16)[None, :, None] * 9000 + 123  # smooth rows too
+    data = encode_png16(s, filter_type=filter_type)
+    first_row_filter = zlib.decompress(data[data.index(b"IDAT") + 4 :])[0]
+    assert first_row_filter == filter_type
+    np.testing.assert_array_equal(as16(read_image(data).pixels), s)
+
+
+def test_png16_adaptive_filters_compress_smooth_images():
+    y, x = np.mgrid[0:64, 0:64]
+    s = np.stack([x * 1000 + y, y * 900, (x + y) * 500], axis=2).astype(np.uint16)
+    adaptive, unfiltered = encode_png16(s), encode_png16(s, filter_type=0)
+    assert len(adaptive) < 0.7 * len(unfiltered)
+    np.testing.assert_array_equal(as16(read_image(adaptive).pixels), s)
+
+
+def test_16bit_rgb_png_colour_key():
+    s = wide_samples(3, 4, 4)
+    key = tuple(int(v) for v in s[2, 1])
+    data = png16_reference(s)
+    trns = struct.pack(">HHH", *key)
+    chunk = struct.pack(">I", 6) + b"tRNS" + trns + struct.pack(">I", zlib.crc32(b"tRNS" + trns))
+    at = data.index(b"IDAT") - 4
+    img = read_image(data[:at] + chunk + data[at:])
+    assert img.bit_depth == 16 and as16(img.alpha)[2, 1] == 0 and (as16(img.alpha) == 65535).sum() == 15
+
+
+@pytest.mark.parametrize("compression", [None, "zlib"])
+def test_16bit_rgb_tiff_read_exact(compression):
+    tifffile = pytest.importorskip("tifffile")
+    s = wide_samples(3, 7, 5)
+    buf = io.BytesIO()
+    tifffile.imwrite(buf, s, photometric="rgb", compression=compression)
+    img = read_image(buf.getvalue())
+    assert img.format == "TIFF" and img.bit_depth == 16
+    np.testing.assert_array_equal(as16(img.pixels), s)
+
+
+def test_16bit_big_endian_gray_tiff():
+    tifffile = pytest.importorskip("tifffile")
+    s = wide_samples(1, 6, 4)[..., 0]
+    buf = io.BytesIO()
+    tifffile.imwrite(buf, s, byteorder=">")
+    img = read_image(buf.getvalue())
+    assert img.bit_depth == 16 and img.mode.startswith("I;16")
+    np.testing.assert_array_equal(as16(img.pixels[..., 0]), s)
+
+
+def test_mode_i_above_255_is_16bit_and_below_is_8bit():
+    wide = np.array([[0, 1000], [65535, 70000]], np.int32)
+    img = read_image(save(Image.fromarray(wide), "TIFF"))
+    assert img.mode == "I" and img.bit_depth == 16
+    np.testing.assert_array_equal(as16(img.pixels[..., 0]), [[0, 1000], [65535, 65535]])
+    narrow = np.array([[0, 17], [200, 255]], np.int32)
+    img = read_image(save(Image.fromarray(narrow), "TIFF"))
+    assert img.mode == "I" and img.bit_depth == 8
+    np.testing.assert_array_equal(as8(img.pixels[..., 0]), narrow)
+
+
+def test_cmyk_jpeg_becomes_rgb():
+    cmyk = Image.new("CMYK", (16, 16), (255, 0, 0, 0))  # pure cyan
+    img = read_image(save(cmyk, "JPEG", quality=95))
+    assert img.mode == "CMYK" and img.pixels.shape == (16, 16, 3) and img.icc_profile is None
+    np.testing.assert_allclose(img.pixels.reshape(-1, 3).mean(axis=0), [0.0, 1.0, 1.0], atol=0.03)
+
+
+def test_cmyk_tiff_exact_and_mismatched_profile_dropped():
+    rng = np.random.default_rng(3)
+    cmyk = Image.frombytes("CMYK", (5, 4), rng.integers(0, 256, 80, dtype=np.uint8).tobytes())
+    expected = np.asarray(cmyk.convert("RGB"))
+    img = read_image(save(cmyk, "TIFF", icc_profile=SRGB))  # an RGB profile on CMYK data: unusable
+    assert img.icc_profile is None
+    np.testing.assert_array_equal(as8(img.pixels), expected)
+
+
+def test_icc_profile_round_trip_all_formats():
+    img = read_image(save(Image.fromarray(rgb_test_image()), "PNG", icc_profile=SRGB))
+    assert img.icc_profile == SRGB
+    for fmt in ("png", "jpg", "webp"):
+        assert read_image(encode_image(img, fmt)).icc_profile == SRGB, fmt
+
+
+def test_icc_profile_not_written_when_colour_space_mismatches():
+    gray = DecodedImage(np.full((4, 4, 1), 0.5, np.float32), icc_profile=SRGB)
+    assert read_image(encode_image(gray, "png")).icc_profile is None
+
+
+def test_webp_bmp_tiff_read_exact():
+    a = rgb_test_image(10, 6)
+    for fmt, options in (
+        ("WEBP", {"lossless": True}),
+        ("BMP", {}),
+        ("TIFF", {}),
+        ("TIFF", {"compression": "tiff_lzw"}),
+    ):
+        img = read_image(save(Image.fromarray(a), fmt, **options))
+        assert img.format == fmt and img.bit_depth == 8
+        np.testing.assert_array_equal(as8(img.pixels), a, err_msg=fmt)
+
+
+def test_rgba_webp_read_keeps_alpha():
+    a = np.dstack([rgb_test_image(8, 8), np.tile(np.arange(0, 256, 32, dtype=np.uint8), (8, 1))])
+    img = read_image(save(Image.fromarray(a), "WEBP", lossless=True))
+    np.testing.assert_array_equal(as8(img.alpha), a[..., 3])
+
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "benchmark"
+
+
+@pytest.mark.skipif(not (BENCHMARK / "Set14").is_dir(), reason="needs ../shared/datasets/benchmark")
+def test_real_benchmark_images_match_pillow():
+    files = sorted(p for p in (BENCHMARK / "Set14").iterdir() if p.suffix.lower() in (".png", ".bmp", ".jpg"))
+    assert files
+    for p in files:
+        img = read_image(p)
+        with Image.open(p) as im:
+            expected = np.asarray(im.convert("L" if img.is_gray else "RGB"))
+        np.testing.assert_array_equal(as8(img.pixels).reshape(expected.shape), expected, err_msg=p.name)
+
+
+def test_sources_path_bytes_and_file_object(tmp_path):
+    a = rgb_test_image(5, 4)
+    data = save(Image.fromarray(a), "PNG")
+    p = tmp_path / "x.png"
+    p.write_bytes(data)
+    for source in (p, str(p), data, bytearray(data), io.BytesIO(data)):
+        np.testing.assert_array_equal(as8(read_image(source).pixels), a)
+    with open(p, "rb") as f:
+        np.testing.assert_array_equal(as8(read_image(f).pixels), a)
+
+
+# ------------------------------------------------------------------------------------- bad input
+
+
+def frames(n: int) -> list[Image.Image]:
+    return [Image.new("RGB", (8, 8), (40 * i, 200, 0)) for i in range(n)]
+
+
+@pytest.mark.parametrize("fmt", ["GIF", "WEBP", "PNG", "TIFF"])
+def test_multi_frame_images_rejected(fmt):
+    first, *rest = frames(3)
+    data = save(first, fmt, save_all=True, append_images=rest)
+    with pytest.raises(AnimatedImageError, match="3 frames"):
+        read_image(data)
+
+
+def test_mpo_reads_the_first_frame():
+    first, second = frames(2)
+    img = read_image(save(first, "MPO", save_all=True, append_images=[second], quality=95))
+    assert img.format == "MPO" and img.pixels.shape == (8, 8, 3)
+    np.testing.assert_allclose(img.pixels.mean(axis=(0, 1)), [0, 200 / 255, 0], atol=0.03)
+
+
+def test_single_frame_gif_is_fine():
+    img = read_image(save(frames(1)[0], "GIF"))
+    assert img.pixels.shape == (8, 8, 3) and as8(img.pixels[0, 0]).tolist() == [0, 200, 0]
+
+
+def noisy_png_and_jpeg() -> tuple[bytes, bytes]:
+    a = rgb_test_image(96, 96, seed=5)
+    return save(Image.fromarray(a), "PNG"), save(Image.fromarray(a), "JPEG", quality=90)
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_truncated_files_rejected(which):
+    data = noisy_png_and_jpeg()[which]
+    with pytest.raises(ImageDecodeError, match="truncated or corrupt"):
+        read_image(data[: len(data) // 2])
+
+
+def test_corrupt_png_crc_rejected():
+    data = bytearray(noisy_png_and_jpeg()[0])
+    at = data.index(b"IDAT") + 100
+    data[at] ^= 0xFF
+    with pytest.raises(ImageDecodeError):
+        read_image(bytes(data))
+
+
+def test_zero_bytes_rejected(tmp_path):
+    empty = tmp_path / "empty.png"
+    empty.write_bytes(b"")
+    with pytest.raises(ImageDecodeError, match="empty file") as info:
+        read_image(empty)
+    assert info.value.path == str(empty) and str(empty) in str(info.value)
+    with pytest.raises(ImageDecodeError, match="empty file"):
+        read_image(b"")
+
+
+def test_text_file_rejected(tmp_path):
+    txt = tmp_path / "notes.png"
+    txt.write_text("this is not an image\n")
+    with pytest.raises(ImageDecodeError, match="not an image") as info:
+        read_image(txt)
+    assert info.value.reason.startswith("not an image") and isinstance(info.value, ValueError)
+
+
+def test_missing_file_and_folder_rejected(tmp_path):
+    with pytest.raises(ImageDecodeError, match="file not found"):
+        read_image(tmp_path / "nope.png")
+    with pytest.raises(ImageDecodeError, match="folder"):
+        read_image(tmp_path)
+
+
+def test_unsupported_format_and_mode_rejected():
+    with pytest.raises(ImageDecodeError, match="not an image"):
+        read_image(save(Image.new("RGB", (4, 4)), "PCX"))  # a real image, but not on the allow-list
+    with pytest.raises(ImageDecodeError, match="unsupported pixel mode F"):
+        read_image(save(Image.new("F", (4, 4), 0.5), "TIFF"))
+
+
+def bomb_png(width: int, height: int) -> bytes:
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+def test_bomb_header_rejected_without_pixel_data():
+    with pytest.raises(ImageTooLargeError, match="too many pixels"):
+        read_image(bomb_png(100_000, 100_000))
+
+
+def test_own_limit_checked_before_decoding(monkeypatch):
+    data = save(Image.fromarray(rgb_test_image(40, 30)), "PNG")
+
+    def no_decoding(self):
+        raise AssertionError("pixels decoded before the size check")
+
+    monkeypatch.setattr("PIL.ImageFile.ImageFile.load", no_decoding)
+    with pytest.raises(ImageTooLargeError, match="40x30 is 1,200 pixels, over the limit of 1,000"):
+        read_image(data, max_pixels=1000)
+
+
+def test_limit_is_inclusive_and_default_is_large():
+    data = save(Image.fromarray(rgb_test_image(40, 30)), "PNG")
+    assert read_image(data, max_pixels=1200).pixels.shape == (30, 40, 3)
+    assert read_image(data, max_pixels=None).pixels.shape == (30, 40, 3)
+    assert DEFAULT_MAX_PIXELS >= 32 * 2**20
+
+
+@pytest.mark.parametrize("size", [(40, 40), (80, 80)])  # over Pillow's limit: warning range, then error range
+def test_pillow_bomb_warning_and_error_become_too_large(monkeypatch, size):
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    data = save(Image.new("RGB", size), "PNG")
+    with pytest.raises(ImageTooLargeError):
+        read_image(data, max_pixels=10**9)
+
+
+def test_error_hierarchy():
+    for cls in (ImageDecodeError, AnimatedImageError, ImageTooLargeError, ImageEncodeError, ImageWriteError):
+        assert issubclass(cls, ImageError) and issubclass(cls, ValueError)
+    e = ImageDecodeError("broken", "a/b.png")
+    assert (e.reason, e.path, str(e)) == ("broken", "a/b.png", "a/b.png: broken")
+    assert str(ImageDecodeError("broken")) == "broken"
+
+
+# ------------------------------------------------------------------------------------- encoding
+
+
+def rgba_image() -> tuple[np.ndarray, np.ndarray]:
+    colour = rgb_test_image(12, 10, seed=7)
+    alpha = np.tile(np.linspace(0, 255, 12).round().astype(np.uint8), (10, 1))
+    return colour, alpha
+
+
+def test_encode_png_with_and_without_alpha_exact():
+    colour, alpha = rgba_image()
+    img = DecodedImage(colour / 255.0, alpha / 255.0)
+    back = read_image(encode_image(img, "png"))
+    assert back.mode == "RGBA"
+    np.testing.assert_array_equal(as8(back.pixels), colour)
+    np.testing.assert_array_equal(as8(back.alpha), alpha)
+    back = read_image(encode_image(DecodedImage(colour / 255.0), "PNG"))
+    assert back.mode == "RGB" and back.alpha is None
+    np.testing.assert_array_equal(as8(back.pixels), colour)
+
+
+def test_encode_gray_png_and_gray_alpha():
+    g = np.arange(20, dtype=np.uint8).reshape(4, 5) * 12
+    back = read_image(encode_image(DecodedImage(g / 255.0), "png"))
+    assert back.mode == "L" and back.is_gray
+    back = read_image(encode_image(DecodedImage(g / 255.0, np.full((4, 5), 0.5)), "png"))
+    assert back.mode == "LA" and as8(back.alpha)[0, 0] == 128
+
+
+def test_encode_jpeg_composites_alpha_on_white():
+    colour = np.zeros((16, 16, 3), np.float32)
+    colour[..., 2] = 1.0  # blue
+    alpha = np.ones((16, 16), np.float32)
+    alpha[:, 8:] = 0.0
+    for fmt in ("jpg", "jpeg"):
+        back = read_image(encode_image(DecodedImage(colour, alpha), fmt, quality=95))
+        assert back.format == "JPEG" and back.alpha is None
+        np.testing.assert_allclose(back.pixels[4:12, 1:6].mean(axis=(0, 1)), [0, 0, 1], atol=0.03)
+        np.testing.assert_allclose(back.pixels[4:12, 10:15].mean(axis=(0, 1)), [1, 1, 1], atol=0.03)
+    gray = read_image(encode_image(DecodedImage(np.full((8, 8), 0.25)), "jpg"))
+    assert gray.mode == "L" and gray.is_gray
+
+
+def test_encode_webp_with_and_without_alpha():
+    colour, alpha = rgba_image()
+    back = read_image(encode_image(DecodedImage(colour / 255.0, alpha / 255.0), "webp", quality=90))
+    assert back.format == "WEBP" and back.mode == "RGBA"
+    assert np.abs(as8(back.alpha) - alpha).max() <= 2
+    y, x = np.mgrid[0:32, 0:32] / 31.0
+    smooth = np.stack([x, y, 1 - x * y], axis=2)  # lossy WebP is judged on content it can represent
+    back = read_image(encode_image(DecodedImage(smooth), "webp", quality=95))
+    assert back.alpha is None and back.mode == "RGB" and np.abs(back.pixels - smooth).mean() < 0.02
+
+
+def test_16bit_to_jpeg_and_webp_is_8bit():
+    img = DecodedImage(wide_samples(3, 8, 8) / 65535.0, bit_depth=16)
+    for fmt in ("jpg", "webp"):
+        assert read_image(encode_image(img, fmt)).bit_depth == 8
+
+
+def test_quantize_clips_and_rounds():
+    x = np.array([[-0.5, 0.0, 0.4 / 255, 0.6 / 255, 1.0, 7.0, np.nan]], np.float32)
+    back = read_image(encode_image(DecodedImage(x), "png"))
+    np.testing.assert_array_equal(as8(back.pixels[0, :, 0]), [0, 0, 0, 1, 255, 255, 0])
+
+
+def test_encode_rejects_bad_format_quality_and_size():
+    img = DecodedImage(np.zeros((2, 2, 3), np.float32))
+    with pytest.raises(ImageEncodeError, match="unsupported output format 'gif'"):
+        encode_image(img, "gif")
+    for q in (0, 101, 9.5, True):
+        with pytest.raises(ImageEncodeError, match="quality"):
+            encode_image(img, "jpg", quality=q)
+    wide = DecodedImage(np.zeros((1, 16_384, 3), np.float32))
+    with pytest.raises(ImageEncodeError, match="too large for WEBP"):
+        encode_image(wide, "webp")
+
+
+def test_decoded_image_validation():
+    img = DecodedImage(np.zeros((3, 4)), np.ones((3, 4, 1)))
+    assert img.pixels.shape == (3, 4, 1) and img.pixels.dtype == np.float32 and img.alpha.shape == (3, 4)
+    with pytest.raises(ValueError, match="pixels"):
+        DecodedImage(np.zeros((3, 4, 2)))
+    with pytest.raises(ValueError, match="alpha"):
+        DecodedImage(np.zeros((3, 4, 3)), np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="bit_depth"):
+        DecodedImage(np.zeros((3, 4, 3)), bit_depth=12)
+
+
+def test_format_helpers():
+    assert [normalize_format(f) for f in ("PNG", ".jpg", "JPEG", "webp")] == ["png", "jpeg", "jpeg", "webp"]
+    assert [suffix_for(f) for f in ("png", "jpeg", "WEBP")] == [".png", ".jpg", ".webp"]
+    assert format_from_path("a/b.JPG") == "jpeg"
+    assert [mime_type(f) for f in ("png", "jpg", "JPEG", ".webp")] == [
+        "image/png",
+        "image/jpeg",
+        "image/jpeg",
+        "image/webp",
+    ]
+    with pytest.raises(ImageEncodeError):
+        mime_type("exe")
+    with pytest.raises(ImageEncodeError, match="no file suffix"):
+        format_from_path("out")
+
+
+# ------------------------------------------------------------------------------ atomic writes
+
+
+def small_image() -> DecodedImage:
+    return DecodedImage(rgb_test_image(6, 5) / 255.0)
+
+
+def test_write_image_format_from_suffix_and_override(tmp_path):
+    img = small_image()
+    for name, fmt in (("a.png", "PNG"), ("b.jpg", "JPEG"), ("c.jpeg", "JPEG"), ("d.webp", "WEBP")):
+        out = write_image(tmp_path / name, img)
+        assert out == tmp_path / name and read_image(out).format == fmt
+    out = write_image(tmp_path / "e.bin", img, format="png")
+    assert read_image(out).format == "PNG"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.jpg", "c.jpeg", "d.webp", "e.bin"]
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "a.png").stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_write_image_unknown_suffix_leaves_nothing(tmp_path):
+    with pytest.raises(ImageEncodeError, match="unsupported output format '.gif'"):
+        write_image(tmp_path / "x.gif", small_image())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_16bit_png_file(tmp_path):
+    s = wide_samples(3, 5, 6)
+    out = write_image(tmp_path / "w.png", DecodedImage(s / 65535.0, bit_depth=16))
+    np.testing.assert_array_equal(as16(read_image(out).pixels), s)
+
+
+def existing_target(tmp_path: Path) -> tuple[Path, bytes]:
+    target = tmp_path / "out.png"
+    target.write_bytes(b"previous contents")
+    return target, target.read_bytes()
+
+
+def test_encoder_failure_midway_leaves_no_file(tmp_path, monkeypatch):
+    def half_then_fail(self, fp, format=None, **params):
+        fp.write(b"\x89PNG\r\n\x1a\n partial")
+        raise OSError("encoder exploded")
+
+    monkeypatch.setattr(Image.Image, "save", half_then_fail)
+    with pytest.raises(ImageEncodeError, match="encoder exploded"):
+        write_image(tmp_path / "new.png", small_image())
+    assert list(tmp_path.iterdir()) == []
+    target, before = existing_target(tmp_path)
+    with pytest.raises(ImageEncodeError):
+        write_image(target, small_image())
+    assert target.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["out.png"]
+
+
+def test_disk_failure_midway_removes_temp_and_keeps_target(tmp_path, monkeypatch):
+    target, before = existing_target(tmp_path)
+    seen: list[int] = []
+
+    def full_disk(fd):
+        seen.append(os.fstat(fd).st_size)  # the temp file did get (some) data before failing
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(ImageWriteError, match="No space left on device"):
+        write_image(target, small_image())
+    assert seen and seen[0] > 0
+    assert target.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["out.png"]
+
+
+def test_interrupt_before_rename_removes_temp(tmp_path, monkeypatch):
+    target, before = existing_target(tmp_path)
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_image(target, small_image())
+    assert target.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["out.png"]
+
+
+def test_write_into_missing_folder_or_onto_folder(tmp_path):
+    with pytest.raises(ImageWriteError, match="cannot create a file"):
+        write_image(tmp_path / "missing" / "x.png", small_image())
+    (tmp_path / "d.png").mkdir()
+    with pytest.raises(ImageWriteError, match="is a folder"):
+        write_image(tmp_path / "d.png", small_image())
+
+
+def test_paeth_predictor_matches_png_spec():
+    from sr.io import _paeth
+
+    def spec(a: int, b: int, c: int) -> int:  # PNG specification, section 9.4
+        p = a + b - c
+        pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+        return a if pa <= pb and pa <= pc else b if pb <= pc else c
+
+    v = np.arange(0, 256, 15, dtype=np.uint8)
+    a, b, c = (g.ravel() for g in np.meshgrid(v, v, v, indexing="ij"))
+    expected = [spec(int(x), int(y), int(z)) for x, y, z in zip(a, b, c, strict=True)]
+    np.testing.assert_array_equal(_paeth(a, b, c), expected)

@@ -1,0 +1,163 @@
+"""Training smoke tests: loss falls, resume is exact, signals checkpoint, DDP on CPU, export."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from sr.train.config import load_config
+from sr.train.loop import Trainer, lr_at
+from sr.weights import load_weights
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _textures(folder: Path, n: int = 4, size: int = 72, seed: int = 0) -> Path:
+    """Smooth random colour textures: learnable detail without any dataset."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    yy, xx = np.mgrid[0:size, 0:size] / size
+    for i in range(n):
+        img = np.zeros((size, size, 3))
+        for c in range(3):
+            for _ in range(4):
+                fx, fy, ph = rng.uniform(1, 9, 2).tolist() + [rng.uniform(0, 6)]
+                img[:, :, c] += np.sin(2 * np.pi * (fx * xx + fy * yy) + ph)
+        img = (img - img.min()) / (img.max() - img.min()) * 255
+        Image.fromarray(img.astype(np.uint8)).save(folder / f"t{i}.png")
+    return folder
+
+
+def _cfg(tmp_path: Path, **kw):
+    data = _textures(tmp_path / "train")
+    val = _textures(tmp_path / "val", n=2, size=48, seed=1)
+    base = dict(
+        name="tiny", preset="asa-small", scale=2, train=[str(data)], val=[str(val)], patch=16, batch=4,
+        steps=40, lr=2e-3, warmup=5, val_every=20, ckpt_every=10, log_every=5, out=str(tmp_path / "runs"),
+        cache=str(tmp_path / "cache"), threads=1,
+    )
+    base.update(kw)
+    return load_config(None, **base)
+
+
+def _log(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+
+
+def test_lr_schedule_warms_up_then_decays():
+    cfg = load_config(None, lr=1e-3, min_lr=1e-6, warmup=10, steps=110)
+    assert lr_at(0, cfg) == pytest.approx(1e-4)
+    assert lr_at(9, cfg) == pytest.approx(1e-3)
+    assert lr_at(60, cfg) == pytest.approx((1e-3 + 1e-6) / 2, rel=1e-6)
+    assert lr_at(110, cfg) == pytest.approx(1e-6)
+
+
+def test_loss_falls_and_validation_logged(tmp_path):
+    cfg = _cfg(tmp_path)
+    best = Trainer(cfg).fit()
+    log = _log(cfg.run_dir)
+    losses = [r["loss"] for r in log if "loss" in r]
+    assert losses[-1] < 0.7 * losses[0]
+    vals = [r for r in log if r.get("event") == "val"]
+    assert [v["step"] for v in vals] == [20, 40]
+    assert best["psnr"] > 15 and (cfg.run_dir / "best.pt").is_file()
+    assert json.loads((cfg.run_dir / "config.json").read_text())["patch"] == 16
+    assert all(0 <= r["budget_mean"] <= 8 for r in log if "budget_mean" in r)
+
+
+def test_resume_continues_exactly(tmp_path):
+    straight = _cfg(tmp_path / "a", steps=20, val=[])
+    Trainer(straight).fit()
+    first = _cfg(tmp_path / "b", steps=20, val=[])
+    Trainer(first).fit(stop_at=10)
+    resumed = Trainer(_cfg(tmp_path / "b", steps=20, val=[]), resume=True)
+    assert resumed.step == 10
+    resumed.fit()
+    a = torch.load(straight.run_dir / "last.pt", weights_only=False)
+    b = torch.load(first.run_dir / "last.pt", weights_only=False)
+    for key in a["model"]:
+        torch.testing.assert_close(a["model"][key], b["model"][key], rtol=0, atol=1e-6)
+        torch.testing.assert_close(a["ema"][key], b["ema"][key], rtol=0, atol=1e-6)
+
+
+def test_sigterm_writes_checkpoint_and_exits(tmp_path):
+    cfg = _cfg(tmp_path, steps=100000, val=[], ckpt_every=100000)
+    cmd = [sys.executable, "-m", "sr", "train", "--name", cfg.name, "--preset", "asa-small", "--patch", "16",
+           "--batch", "2", "--steps", "100000", "--train", *cfg.train, "--val", "--out", cfg.out,
+           "--cache", cfg.cache, "--threads", "1", "--log-every", "1", "--ckpt-every", "100000"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = cfg.run_dir / "log.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (log.is_file() and log.read_text().count('"loss"') >= 2):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "stopped at step" in err and "Traceback" not in err
+    ckpt = torch.load(cfg.run_dir / "last.pt", weights_only=False)
+    assert ckpt["step"] >= 2
+
+
+def test_init_from_other_scale_copies_matching_tensors(tmp_path):
+    cfg2 = _cfg(tmp_path / "x2", steps=5, val=[])
+    Trainer(cfg2).fit()
+    cfg3 = _cfg(tmp_path / "x3", scale=3, steps=5, val=[], init=str(cfg2.run_dir / "last.pt"))
+    t3 = Trainer(cfg3)
+    src = torch.load(cfg2.run_dir / "last.pt", weights_only=False)["ema"]
+    torch.testing.assert_close(t3.model.state_dict()["head.weight"], src["head.weight"])
+    assert t3.model.state_dict()["upsample.weight"].shape[0] == 27  # fresh x3 upsampler
+
+
+def test_export_writes_metadata_and_loads(tmp_path):
+    cfg = _cfg(tmp_path, steps=20)
+    Trainer(cfg).fit()
+    out = tmp_path / "w.safetensors"
+    r = subprocess.run([sys.executable, "-m", "sr", "export", str(cfg.run_dir / "best.pt"), "-o", str(out)],
+                       cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    model, meta = load_weights(out)
+    assert meta["preset"] == "asa-small" and meta["scale"] == "2" and int(meta["steps"]) == 20
+    assert "psnr" in json.loads(meta["validation"])[Path(cfg.val[0]).name]
+    bad = subprocess.run([sys.executable, "-m", "sr", "export", str(tmp_path / "nope.pt"), "-o", str(out)],
+                         cwd=REPO, capture_output=True, text=True)
+    assert bad.returncode != 0 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_bad_config_is_a_clear_error(tmp_path):
+    toml = tmp_path / "c.toml"
+    toml.write_text("[train]\nbatchsize = 3\n")
+    r = subprocess.run([sys.executable, "-m", "sr", "train", "--config", str(toml)], cwd=REPO,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown training settings: batchsize" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "sr", "train", "--train", str(tmp_path / "missing"),
+                        "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 2 and "training folder not found" in r.stderr
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed unavailable")
+def test_ddp_two_processes_on_cpu(tmp_path):
+    cfg = _cfg(tmp_path, steps=6, val=[])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with socket.socket() as s:  # a free loopback port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+           f"--master_port={port}",
+           "-m", "sr", "train", "--name", "ddp", "--preset", "asa-small", "--patch", "16", "--batch", "2",
+           "--steps", "6", "--train", *cfg.train, "--val", "--out", cfg.out, "--cache", cfg.cache,
+           "--log-every", "2", "--threads", "1"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    log = _log(Path(cfg.out) / "ddp")
+    assert log[0]["world"] == 2 and [x["step"] for x in log if "loss" in x] == [2, 4, 6]
