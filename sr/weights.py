@@ -92,7 +92,9 @@ def resolve_weights(name_or_path: str) -> Path:
     if shipped.is_file():
         return shipped
     known = ", ".join(sorted(f.stem for f in WEIGHTS_DIR.glob("*.safetensors"))) or "none"
-    raise WeightsError(f"unknown model {name_or_path!r}: not a file and not a shipped model (shipped: {known})")
+    raise WeightsError(
+        f"unknown model {name_or_path!r}: not a file and not a shipped model (shipped: {known})"
+    )
 
 
 def shipped_models() -> list[Path]:

@@ -27,11 +27,13 @@ A method is skipped (``skipped: est. ...``) when its estimate, extrapolated from
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -108,7 +110,7 @@ class Clock:
 
     def __init__(self, kind: str, device: torch.device) -> None:
         if kind == "cpu" and device.type != "cpu":
-            raise CLIError("--clock cpu only makes sense on the CPU device")
+            raise CLIError(f"--clock cpu measures CPU time and cannot time {device}; use --clock wall")
         self.kind, self.device = kind, device
 
     def _now(self) -> float:
@@ -122,11 +124,25 @@ class Clock:
         return self._now() - start
 
 
+@contextlib.contextmanager
+def _quiet_native_stderr() -> Iterator[None]:
+    """Silence fd 2 (the profiler's native library logs a start/stop line per use there)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _cpu_peak_bytes(fn: Callable[[], object]) -> int | None:
     """Peak bytes allocated during fn() above the level at its start, from profiler memory events."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     try:  # the allocation events live in the profiler's event tree (an internal API: fail soft)
         from torch._C._profiler import _EventType

@@ -4,6 +4,10 @@ Each HR image of the folder (Set14 by default) is modcropped and shrunk by the m
 the project's MATLAB bicubic, then upscaled back: by the model (``Upscaler.upscale``, the same path
 as ``sr upscale``, decoding and encoding excluded), by the project's ``imresize``, and by PIL's
 BICUBIC. One warm-up image per method is not timed.
+
+``--sweep-tile PX`` measures the tiling instead: PSNR of the tiled output against the whole-image
+output, per tile overlap and blend (hard cut, the default cross-fade over the central half of the
+overlap, a linear fade across all of it), on the same LR images.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tile", default="auto", help="tile size for the models: auto, 0 (off) or pixels")
     p.add_argument("--max-images", type=int, default=None, help="use only the first N images")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON ('-' = stdout)")
+    p.add_argument("--sweep-tile", type=int, default=None, metavar="PX",
+                   help="instead of throughput: PSNR of tiled vs whole-image output with tiles of PX pixels")
+    p.add_argument("--sweep-overlaps", default="0,8,16,32", metavar="LIST",
+                   help="overlaps for --sweep-tile (default 0,8,16,32)")
 
 
 def _load_images(folder: Path, limit: int | None):
@@ -86,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--model {name!r} is a family ({up.scales}); name one scale, e.g. {name}-x2")
         models.append((name, up))
 
+    if args.sweep_tile is not None:
+        rows = _sweep(models, images, args.sweep_tile, args.sweep_overlaps)
+        _write_json(rows, args.json)
+        return 0
     rows = []
     for name, up in models:
         s = up.scales[0]
@@ -115,10 +127,65 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['method']:<26} {r['scale']:>5} {r['images']:>6} {r['output_mp']:>8.2f} "
               f"{r['seconds']:>8.2f} {r['mp_per_s']:>9.3f}")
-    if args.json:
-        text = json.dumps(rows, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text + "\n")
+    _write_json(rows, args.json)
     return 0
+
+
+def _write_json(rows: list[dict], target: str | None) -> None:
+    if not target:
+        return
+    text = json.dumps(rows, indent=2)
+    if target == "-":
+        print(text)
+    else:
+        Path(target).write_text(text + "\n")
+
+
+def _sweep(models: list, images: list, tile: int, overlaps_text: str) -> list[dict]:
+    import numpy as np
+    import torch
+
+    from ..inference.tiling import BLEND_RAMP, min_tile, plan_axis, run_tiled
+    from ..resize import imresize, modcrop
+
+    try:
+        overlaps = [int(v) for v in overlaps_text.split(",") if v.strip()]
+    except ValueError:
+        raise CLIError(f"--sweep-overlaps must be comma-separated integers, got {overlaps_text!r}") from None
+    blends = [("cut", 0.0), ("fade", BLEND_RAMP), ("linear", 1.0)]
+
+    def psnr(a: np.ndarray, b: np.ndarray) -> float:
+        mse = float(np.mean((a.astype(np.float64) - b) ** 2))
+        return 10 * np.log10(1 / mse) if mse > 0 else float("inf")
+
+    rows = []
+    print(f"{'model':<24} {'tile':>5} {'overlap':>7} {'blend':>7} {'tiles':>6} {'mean dB':>8} {'min dB':>7} "
+          f"{'compute':>8}")
+    for name, up in models:
+        s = up.scales[0]
+        run, align = up.tile_runner(s)
+        lrs = [np.clip(imresize(modcrop(hr, s).astype(np.float32) / 255, 1 / s), 0, 1) for hr in images]
+        with torch.inference_mode():
+            wholes = [run(lr)[0] for lr in lrs]
+            for ov in overlaps:
+                if tile < min_tile(ov, align):
+                    need = min_tile(ov, align)
+                    print(f"  overlap {ov}: tile {tile} is too small (need {need})", file=sys.stderr)
+                    continue
+                for blend, ramp in blends[:1] if ov == 0 else blends:
+                    scores, tiles, area = [], 0, 0
+                    for lr, whole in zip(lrs, wholes, strict=True):
+                        rows_ = plan_axis(lr.shape[0], tile, ov, align)
+                        cols_ = plan_axis(lr.shape[1], tile, ov, align)
+                        tiles += len(rows_) * len(cols_)
+                        area += sum(b - a for a, b in rows_) * sum(b - a for a, b in cols_)
+                        scores.append(psnr(run_tiled(lr, run, s, tile, ov, align, ramp=ramp)[0], whole))
+                    compute = area / sum(lr.shape[0] * lr.shape[1] for lr in lrs)
+                    label = "none" if ov == 0 else blend
+                    row = {"model": Path(name).stem, "tile": tile, "overlap": ov, "blend": label,
+                           "tiles": tiles, "mean_psnr": round(float(np.mean(scores)), 2),
+                           "min_psnr": round(min(scores), 2), "compute": round(compute, 3)}
+                    rows.append(row)
+                    print(f"{row['model']:<24} {tile:>5} {ov:>7} {label:>7} {tiles:>6} "
+                          f"{row['mean_psnr']:>8.2f} {row['min_psnr']:>7.2f} {compute:>7.2f}x", flush=True)
+    return rows

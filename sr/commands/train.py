@@ -12,7 +12,8 @@ from ..train.config import FIELDS, load_config
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file with training settings ([train] table or top level)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR exactly (flags may extend --steps)")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue the run in RUN_DIR exactly (flags may extend --steps)")
     for name, f in FIELDS.items():
         flag = "--" + name.replace("_", "-")
         default = f.default if f.default is not f.default_factory else f.default_factory()  # type: ignore[misc]

@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..io import DEFAULT_MAX_PIXELS
 
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders or glob patterns")
-    p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output folder (created if missing)")
+    p.add_argument("-o", "--output", required=True, metavar="OUTDIR",
+                   help="output folder (created if missing)")
     p.add_argument("-r", "--recursive", action="store_true",
                    help="scan folders recursively, keeping the sub-folder tree in OUTDIR (and ** in globs)")
     p.add_argument("-m", "--model", default="asa-base",
@@ -41,15 +42,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     size = p.add_argument_group("output size (default: the model's smallest scale)")
     size.add_argument("-s", "--scale", type=int, choices=(2, 3, 4), help="model scale to use")
     size.add_argument("--outscale", type=float, metavar="S",
-                      help="final scale factor, any number > 0 (e.g. 1.5, 3.7, 8): model passes, then bicubic")
-    size.add_argument("--width", type=int, help="output width in pixels (height follows the aspect unless given)")
-    size.add_argument("--height", type=int, help="output height in pixels (width follows the aspect unless given)")
+                      help="final scale, any number > 0 (e.g. 1.5, 3.7, 8): model passes, then bicubic")
+    size.add_argument("--width", type=int,
+                      help="output width in pixels (height follows the aspect unless given)")
+    size.add_argument("--height", type=int,
+                      help="output height in pixels (width follows the aspect unless given)")
     p.add_argument("--tile", default="auto",
                    help="tile size in input pixels: 'auto' (from free memory), 0 = whole image, or e.g. 256")
     p.add_argument("--tile-overlap", type=int, default=DEFAULT_TILE_OVERLAP, metavar="PX",
                    help=f"overlap between tiles in input pixels (default {DEFAULT_TILE_OVERLAP})")
-    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for the model (default: usable CPUs)")
+    p.add_argument("--device", default="auto",
+                   help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for the model (default: usable CPUs)")
     p.add_argument("-f", "--format", default="png", choices=FORMATS,
                    help="output format; 'same' keeps jpg/webp/png inputs' format (others become png)")
     p.add_argument("-q", "--quality", type=int, default=95, help="JPEG/WebP quality 1-100 (default 95)")
@@ -59,11 +64,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha-mode", default="bicubic", choices=ALPHA_MODES,
                    help="alpha channel: bicubic resize, or through the model as gray (default bicubic)")
     exist = p.add_mutually_exclusive_group()
-    exist.add_argument("--skip-existing", action="store_true", help="skip images whose output exists (resume)")
+    exist.add_argument("--skip-existing", action="store_true",
+                       help="skip images whose output exists (resume a batch)")
     exist.add_argument("--overwrite", action="store_true", help="replace existing outputs (default: error)")
     p.add_argument("-n", "--dry-run", action="store_true", help="list what would be written; write nothing")
     p.add_argument("--save-budget-map", action="store_true",
-                   help="also write <output name>_budget.png: the attention-budget heat-map at output size")
+                   help="also write <output name>_budget.png: the attention-budget heat-map at output size "
+                        "(inferno, black = no attention, pale yellow = the model's k_max regions)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
                    help=f"refuse inputs with more pixels than this (default {DEFAULT_MAX_PIXELS})")
 
@@ -78,8 +85,10 @@ class Job:
     skip: bool = False
 
 
-def collect_inputs(inputs: list[str], recursive: bool) -> list[Job]:
-    """Files, folders and globs -> jobs in a stable order (duplicates dropped)."""
+def collect_inputs(inputs: list[str], recursive: bool, outdir: Path | None = None) -> list[Job]:
+    """Files, folders and globs -> jobs in a stable order (duplicates dropped). Folder scans skip
+    hidden files and anything inside ``outdir`` (earlier outputs are not new inputs)."""
+    out_resolved = outdir.resolve() if outdir is not None else None
     jobs: list[Job] = []
     seen: set[Path] = set()
 
@@ -91,9 +100,12 @@ def collect_inputs(inputs: list[str], recursive: bool) -> list[Job]:
 
     def scan(folder: Path) -> None:
         found = folder.rglob("*") if recursive else folder.iterdir()
+        nested_out = out_resolved is not None and folder.resolve() in out_resolved.parents
         for f in sorted(found):
             rel = f.relative_to(folder)
             hidden = any(part.startswith(".") for part in rel.parts)  # incl. our own temp files
+            if nested_out and out_resolved in f.resolve().parents:
+                continue
             if f.is_file() and not hidden and f.suffix.lower() in SCAN_SUFFIXES:
                 add(f, rel if recursive else Path(f.name))
 
@@ -207,7 +219,9 @@ def _reader(jobs: list[Job], q: queue.Queue, stop: threading.Event, max_pixels: 
     _put(q, _DONE, stop)
 
 
-def _writer(q: queue.Queue, stats: Stats, args: argparse.Namespace, fmt: str, warned: list) -> None:
+def _writer(
+    q: queue.Queue, stats: Stats, args: argparse.Namespace, fmt: str, warned: list, k_max: float | None
+) -> None:
     import numpy as np
 
     from ..inference import budget_heatmap
@@ -225,11 +239,12 @@ def _writer(q: queue.Queue, stats: Stats, args: argparse.Namespace, fmt: str, wa
             out_fmt = _SAME.get(job.src.suffix.lower(), "png") if fmt == "same" else fmt
             write_image(job.out, result.image, out_fmt, args.quality)
             if job.budget is not None and result.budget_map is not None:
-                heat = budget_heatmap(result.budget_map).astype(np.float32) / 255
+                heat = budget_heatmap(result.budget_map, k_max).astype(np.float32) / 255
                 write_image(job.budget, DecodedImage(heat), "png")
             elif job.budget is not None and not warned:
                 warned.append(True)
-                stats.bar.write("sr upscale: this model has no adaptive attention: no budget maps", file=sys.stderr)
+                stats.bar.write("sr upscale: the model has no adaptive attention: no budget maps",
+                                file=sys.stderr)
         except (ImageError, OSError) as e:
             stats.fail(job.src, str(e))
             continue
@@ -287,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
     outdir = Path(args.output).expanduser()
     if outdir.exists() and not outdir.is_dir():
         raise CLIError(f"output {outdir} exists and is not a folder")
-    jobs = collect_inputs(args.inputs, args.recursive)
+    jobs = collect_inputs(args.inputs, args.recursive, outdir)
     if not jobs:
         raise CLIError("no input images found")
     suffix = args.suffix if args.suffix is not None else default_suffix(args, min(up.scales))
@@ -321,11 +336,14 @@ def _pipeline(up, todo: list[Job], stats: Stats, args: argparse.Namespace) -> No
     from ..inference import UpscaleError
 
     stop = threading.Event()
-    q_in: queue.Queue = queue.Queue(maxsize=2)
-    q_out: queue.Queue = queue.Queue(maxsize=2)
+    # One slot each way is enough to keep the model busy (the next image decodes and the previous one
+    # encodes while it runs) and bounds memory to ~3 images in flight: outputs can be gigabytes.
+    q_in: queue.Queue = queue.Queue(maxsize=1)
+    q_out: queue.Queue = queue.Queue(maxsize=1)
     warned: list = []
     reader = threading.Thread(target=_reader, args=(todo, q_in, stop, args.max_pixels), daemon=True)
-    writer = threading.Thread(target=_writer, args=(q_out, stats, args, args.format, warned), daemon=True)
+    writer = threading.Thread(target=_writer, args=(q_out, stats, args, args.format, warned, up.k_max),
+                              daemon=True)
     reader.start()
     writer.start()
     try:
@@ -349,6 +367,7 @@ def _pipeline(up, todo: list[Job], stats: Stats, args: argparse.Namespace) -> No
                 continue
             del payload
             q_out.put((job, result))
+            del result
         q_out.put(_DONE)
         writer.join()
     except KeyboardInterrupt:

@@ -28,12 +28,13 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
     try:
         device = torch.device(text)
     except (RuntimeError, ValueError):
-        raise DeviceError(f"unknown device {name!r}; choose from {', '.join(DEVICE_CHOICES)} (or cuda:N)") from None
+        choices = ", ".join(DEVICE_CHOICES)
+        raise DeviceError(f"unknown device {name!r}; choose from {choices} (or cuda:N)") from None
     if device.type == "cpu":
         return device
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceError("device 'cuda' is not available on this machine (no CUDA GPU or no CUDA build of torch)")
+            raise DeviceError("device 'cuda' is not available here (no CUDA GPU, or a CPU-only torch)")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise DeviceError(f"device {text!r} does not exist ({torch.cuda.device_count()} CUDA device(s))")
         return device

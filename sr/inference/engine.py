@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 import json
 import math
+import numbers
 import threading
 import time
 from dataclasses import dataclass
@@ -25,21 +26,21 @@ from .. import weights as sr_weights
 from ..models import SRNet
 from .devices import DeviceError, available_memory, configure_threads, pick_dtype, resolve_device
 from .resample import resize_to
-from .tiling import min_tile, run_tiled
+from .tiling import TileFn, min_tile, run_tiled
 
 SCALES = (2, 3, 4)
 ALPHA_MODES = ("bicubic", "model")
-# Default overlap between tiles in input pixels; see tests/inference/test_tiling.py and the README
-# for the PSNR-vs-overlap measurement behind it (the model's attention sees the whole tile, so its
-# context needs far more than the ~17 px receptive field of the convolutions).
+# Default overlap between tiles in input pixels, from the PSNR-vs-overlap sweep of `sr bench upscale
+# --sweep-tile` (README): with 16 px a trained model's tiled output is within ~66-68 dB of the whole
+# image even for 64-128 px tiles; more overlap gains < 1 dB for up to 1.8x the compute.
 DEFAULT_TILE_OVERLAP = 16
 MAX_PASSES = 8
 # A hard stop for absurd requests (1x1 -> outscale 1e5): the float32 output alone would not fit.
 MAX_OUTPUT_PIXELS = 2**28
-# Activation bytes per input pixel of a tile, per (channel x dtype byte), measured with
-# ru_maxrss on CPU for asa-base (see README); the auto tile keeps one tile's activations within
-# a fraction of the free memory.
-ACTIVATION_BYTES_PER_CHANNEL_PX = 24
+# Peak activation bytes per input pixel of a tile, per (channel x dtype byte): ru_maxrss of whole-image
+# asa-base-x2 runs on CPU measured 5.4-7.9 (256-768 px squares); 12 leaves headroom. The auto tile
+# keeps one tile's activations within a fraction of the free memory.
+ACTIVATION_BYTES_PER_CHANNEL_PX = 12
 AUTO_TILE_MEMORY_FRACTION = {"cpu": 0.25, "mps": 0.25, "cuda": 0.5}
 AUTO_TILE_MAX = {"cpu": 1024, "mps": 1024, "cuda": 2048}
 
@@ -143,6 +144,7 @@ class Upscaler:
         self.tile_overlap = tile_overlap
         self.tile = self._parse_tile(tile)
         self.weights_dir = Path(weights_dir) if weights_dir is not None else sr_weights.WEIGHTS_DIR
+        self._k_max: dict[int, float | None] = {}
         self.name, self._paths = self._find_weights(model)
         self.scales: list[int] = sorted(self._paths)
         self._models: dict[int, _Loaded] = {}
@@ -192,18 +194,20 @@ class Upscaler:
                 raise UpscaleError(f"{p}: file name says x{s} but its metadata says another scale")
         return text, family
 
-    @staticmethod
-    def _check_file(path: Path) -> int:
+    def _check_file(self, path: Path) -> int:
         """Validate a weights file's metadata (cheap: no tensors read); returns its scale."""
         try:
             meta = sr_weights.read_metadata(path)
-            scale = int(json.loads(meta["config"])["scale"])
+            cfg = json.loads(meta["config"])
+            scale = int(cfg["scale"])
         except sr_weights.WeightsError as e:
             raise UpscaleError(str(e)) from None
         except (KeyError, TypeError, ValueError) as e:
             raise UpscaleError(f"{path}: bad architecture metadata ({e})") from None
         if scale not in SCALES:
             raise UpscaleError(f"{path}: unsupported scale {scale}")
+        adaptive = cfg.get("attention") == "adaptive"
+        self._k_max[scale] = float((cfg.get("attn_options") or {}).get("k_max", 8)) if adaptive else None
         return scale
 
     def _get(self, scale: int) -> _Loaded:
@@ -222,6 +226,13 @@ class Upscaler:
                 loaded = _Loaded(net, path.stem, scale, _attention_align(net), net.cfg.channels)
                 self._models[scale] = loaded
         return loaded
+
+    @property
+    def k_max(self) -> float | None:
+        """The most key regions any pixel may attend to (the top of the budget colour scale), or None
+        when no model of this family has adaptive attention."""
+        values = [k for s, k in self._k_max.items() if s in self._paths and k is not None]
+        return max(values) if values else None
 
     def load(self, scale: int | None = None) -> None:
         """Load the weights now (all scales, or one) instead of on first use."""
@@ -255,19 +266,25 @@ class Upscaler:
             factor = float(outscale)
         elif width is not None or height is not None:
             for label, v in (("width", width), ("height", height)):
-                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
                     raise UpscaleError(f"{label} must be a positive integer, got {v!r}")
-            out_w = width if width is not None else max(1, _round_half_up(w * height / h))
-            out_h = height if height is not None else max(1, _round_half_up(h * width / w))
+            out_w = int(width) if width is not None else max(1, _round_half_up(w * height / h))
+            out_h = int(height) if height is not None else max(1, _round_half_up(h * width / w))
             factor = max(out_h / h, out_w / w)
         else:
             s = scale if scale is not None else min(self.scales)
-            return (h * s, w * s), [s]
+            out_h, out_w, factor = h * s, w * s, float(s)
         if out_h * out_w > MAX_OUTPUT_PIXELS:
             raise UpscaleError(
                 f"output {out_w}x{out_h} is too large (limit {MAX_OUTPUT_PIXELS / 2**20:.0f} megapixels)"
             )
-        return (out_h, out_w), choose_passes(factor, allowed)
+        passes = choose_passes(factor, allowed)
+        if h * w * math.prod(passes) ** 2 > MAX_OUTPUT_PIXELS:  # the model's output before the resize
+            raise UpscaleError(
+                f"the model passes {passes} would make a {w * math.prod(passes)}x{h * math.prod(passes)} "
+                f"intermediate image (limit {MAX_OUTPUT_PIXELS / 2**20:.0f} megapixels)"
+            )
+        return (out_h, out_w), passes
 
     def _tile_for(self, loaded: _Loaded, h: int, w: int) -> int | None:
         if self.tile is None:
@@ -291,7 +308,15 @@ class Upscaler:
         return self.tile
 
     # -- running -----------------------------------------------------------------------------
-    def _run_tile(self, loaded: _Loaded, arr: np.ndarray, want_budget: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def tile_runner(self, scale: int, with_budget_map: bool = False) -> tuple[TileFn, int]:
+        """(fn, align) for measuring the tiling itself: ``fn`` runs the model on one (h, w, C) float32
+        tile (call it under ``torch.inference_mode()``); tile starts should be multiples of ``align``."""
+        loaded = self._get(scale)
+        return (lambda a: self._run_tile(loaded, a, with_budget_map)), loaded.align
+
+    def _run_tile(
+        self, loaded: _Loaded, arr: np.ndarray, want_budget: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """(h, w, C) float32 -> ((s*h, s*w, C) float32 in [0, 1], budget (h, w) or None)."""
         h, w, c = arr.shape
         x = torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))[None]  # (1, C, h, w)
@@ -323,8 +348,8 @@ class Upscaler:
             except (RuntimeError, MemoryError) as e:
                 if self.device.type not in ("cuda", "mps") or not _is_oom(e):
                     raise
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
+                if self.device.type == "cuda" and torch.cuda.is_initialized():
+                    torch.cuda.empty_cache()  # give the failed attempt's blocks back before retrying
                 smaller = (tile or max(h, w)) // 2 // loaded.align * loaded.align
                 if smaller < min_tile(self.tile_overlap, loaded.align):
                     raise UpscaleError(f"out of {self.device.type} memory even with tile {tile}") from None
@@ -371,9 +396,10 @@ class Upscaler:
         (out_h, out_w), passes = self.plan(h, w, scale, outscale, width, height)
         alpha = getattr(img, "alpha", None)
         with torch.inference_mode():
-            out, maps, names = self._run_passes(pixels.astype(np.float32, copy=False), passes, with_budget_map)
+            pixels = pixels.astype(np.float32, copy=False)
+            out, maps, names = self._run_passes(pixels, passes, with_budget_map)
             if out.shape[:2] != (out_h, out_w):
-                out = np.clip(resize_to(out, out_h, out_w), 0, 1, out=None)
+                out = np.clip(resize_to(out, out_h, out_w), 0, 1)
             out_alpha = None
             if alpha is not None:
                 a = np.asarray(alpha, dtype=np.float32)

@@ -1,55 +1,67 @@
 """Overlapping tiles with feathered blending, so any image size runs in bounded memory.
 
-Each axis is cut into tiles of ``tile`` input pixels that overlap their neighbours by at least
+Each axis is cut into tiles of at most ``tile`` input pixels that overlap their neighbours by
 ``overlap`` pixels. Tile starts are multiples of ``align`` (the model's attention grid: stride x
 region), so a tile's attention regions line up with the regions the whole image would use. Inside an
 overlap the two tiles' outputs are cross-faded with a linear ramp whose weights sum to exactly one,
-so the result needs no normalisation pass and shows no seam. Only pairs of tiles overlap (never
-three along one axis), which keeps the weights a partition of unity in 2-D as a product of 1-D ones.
+so the result needs no normalisation pass and shows no seam. The ramp spans the central half of the
+overlap: the outer quarters, where a tile lacks context, get little or no weight. Only pairs of tiles
+overlap (never three along one axis), which keeps the weights a partition of unity in 2-D as a
+product of 1-D ones.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 
 # A model run on one tile: (h, w, C) float32 -> ((s*h, s*w, C) float32, budget (h, w) float32 or None).
 TileFn = Callable[[np.ndarray], tuple[np.ndarray, "np.ndarray | None"]]
+# Fraction of each overlap used for the cross-fade (0 = hard cut at its middle, 1 = linear across
+# all of it); 0.5 measured best or tied on trained and random models (README, `sr bench upscale`).
+BLEND_RAMP = 0.5
+
+
+def _align_up(x: int, align: int) -> int:
+    return -(-x // align) * align
 
 
 def min_tile(overlap: int, align: int) -> int:
-    """The smallest tile that still leaves room for two overlaps and an aligned step between them."""
-    return max(2 * overlap + 2 * align, 16)
+    """The smallest tile for which a plan exists: steps of at least the (aligned) overlap between
+    tile starts, so that only neighbouring tiles overlap."""
+    return max(overlap + align + 2 * max(_align_up(overlap, align), align), 16)
 
 
 def plan_axis(length: int, tile: int | None, overlap: int, align: int = 1) -> list[tuple[int, int]]:
-    """[(start, end)] tiles covering [0, length): starts aligned, neighbours overlapping >= overlap.
+    """[(start, end)] tiles covering [0, length): aligned starts, neighbours overlapping by ``overlap``.
 
-    Tiles are spread evenly (no sliver at the end, which would see too little context); the last
-    one ends at ``length`` and may be up to ``align - 1`` pixels longer than ``tile``.
+    The fewest tiles of at most ``tile`` pixels, all the same size with a common aligned step; the
+    last tile is moved left to (nearly) full size where it can, since a sliver would see too little
+    context, so it may overlap its neighbour by more than ``overlap``.
     """
     if length < 1:
         raise ValueError(f"length must be >= 1, got {length}")
     if not tile or length <= tile:
         return [(0, length)]
     if tile < min_tile(overlap, align):
-        raise ValueError(f"tile {tile} is too small for overlap {overlap} (need >= {min_tile(overlap, align)})")
-    span = length - tile
-    n = math.ceil(span / (tile - overlap)) + 1
-    while True:
-        starts = [(round(i * span / (n - 1)) // align) * align for i in range(n)]
-        ends = [s + tile for s in starts[:-1]] + [length]
-        ok = all(b > a for a, b in zip(starts, starts[1:]))
-        ok = ok and all(ends[i] - starts[i + 1] >= overlap for i in range(n - 1))
-        ok = ok and all(starts[i + 2] >= ends[i] for i in range(n - 2))  # pairwise overlaps only
-        if ok:
-            return list(zip(starts, ends))
+        need = min_tile(overlap, align)
+        raise ValueError(f"tile {tile} is too small for overlap {overlap} (need >= {need})")
+    n = 2
+    while (step := _align_up(-(-(length - overlap) // n), align)) + overlap > tile:
         n += 1
+    size = step + overlap
+    starts = [i * step for i in range(n)]
+    while len(starts) > 1 and starts[-2] + size >= length:  # rounding up left a tile with nothing new
+        starts.pop()
+    if len(starts) > 1:
+        prev = starts[-2]
+        lowest = _align_up(starts[-3] + size, align) if len(starts) > 2 else prev + align  # pairwise only
+        starts[-1] = max(min(starts[-1], _align_up(length - size, align)), lowest, prev + align)
+    return [(s, s + size) for s in starts[:-1]] + [(starts[-1], length)]
 
 
-def axis_weights(spans: list[tuple[int, int]], i: int, scale: int, ramp: float = 1.0) -> np.ndarray:
+def axis_weights(spans: list[tuple[int, int]], i: int, scale: int, ramp: float = BLEND_RAMP) -> np.ndarray:
     """Blend weights of tile ``i`` along one axis, at output resolution (``scale`` x its input span).
 
     In the overlap [a, b) with the next tile the weight falls from 1 to 0 over the central ``ramp``
@@ -81,7 +93,7 @@ def run_tiled(
     overlap: int,
     align: int = 1,
     want_budget: bool = False,
-    ramp: float = 1.0,
+    ramp: float = BLEND_RAMP,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Upscale (H, W, C) float32 tile by tile; returns ((sH, sW, C) float32, budget (H, W) or None).
 
@@ -102,6 +114,8 @@ def run_tiled(
             weight = wy_out[i][:, None] * wx_out[j][None, :]
             out[y0 * scale : y1 * scale, x0 * scale : x1 * scale] += tile_out * weight[:, :, None]
             if budget_sum is not None and tile_budget is not None:
-                wb = axis_weights(rows, i, 1, ramp)[:, None] * axis_weights(cols, j, 1, ramp)[None, :]
+                # Budgets are per attention region: cut at the overlap's middle (a region boundary when
+                # starts are aligned) instead of fading, so each region shows one tile's decision.
+                wb = axis_weights(rows, i, 1, 0.0)[:, None] * axis_weights(cols, j, 1, 0.0)[None, :]
                 budget_sum[y0:y1, x0:x1] += tile_budget * wb
     return out, budget_sum

@@ -65,9 +65,9 @@ def load_init(model: SRNet, path: str) -> list[str]:
 
 @torch.no_grad()
 def ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
-    for e, p in zip(ema.parameters(), model.parameters()):
+    for e, p in zip(ema.parameters(), model.parameters(), strict=True):
         e.lerp_(p.detach(), 1 - decay)
-    for e, b in zip(ema.buffers(), model.buffers()):
+    for e, b in zip(ema.buffers(), model.buffers(), strict=True):
         e.copy_(b)
 
 
@@ -174,7 +174,9 @@ class Trainer:
         cfg = self.cfg
         pairs, skipped = build_pairs(cfg.train, cfg.scale, cfg.patch, cfg.cache)
         dataset = PatchDataset(pairs, cfg.scale, cfg.patch)
-        sampler = PatchSampler(dataset.lr_sizes, cfg.patch, cfg.batch, cfg.steps, cfg.seed, self.step, self.rank)
+        sampler = PatchSampler(
+            dataset.lr_sizes, cfg.patch, cfg.batch, cfg.steps, cfg.seed, start=self.step, rank=self.rank
+        )
         loader = torch.utils.data.DataLoader(
             dataset, batch_sampler=sampler, num_workers=cfg.workers, persistent_workers=cfg.workers > 0
         )
@@ -248,8 +250,9 @@ class Trainer:
         results = validate(self.ema, self.cfg, self.device)
         first = next(iter(results.values()))
         rec = {"step": self.step, "event": "val", "seconds": round(self.elapsed, 1),
-               "val_seconds": round(time.time() - t, 1), **{f"{k}_psnr": v["psnr"] for k, v in results.items()},
-               **{f"{k}_ssim": v["ssim"] for k, v in results.items()}}
+               "val_seconds": round(time.time() - t, 1)}
+        for k, v in results.items():
+            rec[f"{k}_psnr"], rec[f"{k}_ssim"] = v["psnr"], v["ssim"]
         self.log_line(rec)
         if first["psnr"] > self.best.get("psnr", -1.0):
             self.best = {"psnr": first["psnr"], "step": self.step, "results": results}

@@ -25,8 +25,8 @@ def weights_dir(tmp_path_factory) -> Path:
     """A folder holding the family 'tiny' at x2, x3 and x4."""
     folder = tmp_path_factory.mktemp("weights")
     for s in (2, 3, 4):
-        save_weights(tiny_net(s, seed=s), folder / f"tiny-x{s}.safetensors", preset="tiny",
-                     validation='{"Set5": {"psnr": 30.5, "ssim": 0.9}, "Set14": {"psnr": 28.25, "ssim": 0.8}}')
+        scores = '{"Set5": {"psnr": 30.5, "ssim": 0.9}, "Set14": {"psnr": 28.25, "ssim": 0.8}}'
+        save_weights(tiny_net(s, seed=s), folder / f"tiny-x{s}.safetensors", preset="tiny", validation=scores)
     return folder
 
 

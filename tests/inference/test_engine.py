@@ -30,6 +30,7 @@ def up(tiny_x2) -> Upscaler:
 def test_family_from_weights_dir_has_all_scales(weights_dir):
     up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1)
     assert up.scales == [2, 3, 4]
+    assert up.k_max == 8  # from the metadata, before any weights are loaded
     assert up.device == torch.device("cpu")
     res = up.upscale(DecodedImage(texture(9, 7)), scale=3)
     assert res.image.pixels.shape == (27, 21, 3)
@@ -62,9 +63,52 @@ def test_devices_and_dtype(tiny_x2):
     if not torch.cuda.is_available():
         with pytest.raises(UpscaleError, match="not available"):
             Upscaler(tiny_x2, device="cuda")
+    if not torch.backends.mps.is_available():
+        with pytest.raises(UpscaleError, match="not available"):
+            Upscaler(tiny_x2, device="mps")
     up = Upscaler(tiny_x2, device="cpu", threads=1)
     assert up.dtype == torch.float32  # never half precision on CPU
     assert torch.get_num_threads() == 1
+
+
+def test_auto_tile_follows_free_memory(tiny_x2, monkeypatch):
+    import sr.inference.engine as engine
+
+    up = Upscaler(tiny_x2, device="cpu", tile="auto", threads=1)
+    loaded = up._get(2)
+    monkeypatch.setattr(engine, "available_memory", lambda device: 64 * 2**20)
+    tile = up._tile_for(loaded, 1000, 300)
+    assert tile is not None and tile % loaded.align == 0 and 64 <= tile < 300
+    monkeypatch.setattr(engine, "available_memory", lambda device: 64 * 2**30)
+    assert up._tile_for(loaded, 1000, 300) is None  # fits whole: no tiling at all
+    assert up._tile_for(loaded, 5000, 300) == engine.AUTO_TILE_MAX["cpu"]
+
+
+def test_out_of_memory_retries_with_half_the_tile(tiny_x2, monkeypatch):
+    """A GPU that cannot hold tiles over 50 px: the engine halves the tile until it fits."""
+    up = Upscaler(tiny_x2, device="cpu", tile=None, tile_overlap=4, threads=1)
+    up.load()
+    up.device = torch.device("cuda")  # only the OOM policy looks at the device type here
+    seen = []
+
+    def fake_run(loaded, arr, want_budget):
+        seen.append(arr.shape[:2])
+        if max(arr.shape[:2]) > 50:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return np.repeat(np.repeat(arr, 2, 0), 2, 1), None
+
+    monkeypatch.setattr(up, "_run_tile", fake_run)
+    img = texture(100, 90)
+    out = up.upscale(DecodedImage(img)).image.pixels
+    np.testing.assert_allclose(out, np.repeat(np.repeat(img, 2, 0), 2, 1), atol=1e-6)
+    assert seen[0] == (100, 90) and max(max(s) for s in seen[1:]) <= 48
+
+    def never_fits(loaded, arr, want_budget):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(up, "_run_tile", never_fits)
+    with pytest.raises(UpscaleError, match="out of cuda memory"):
+        up.upscale(DecodedImage(img))
 
 
 def test_bad_tile_arguments(tiny_x2):
@@ -80,7 +124,8 @@ def test_list_models_reads_metadata(weights_dir):
     models = {m["name"]: m for m in list_models(weights_dir)}
     assert set(models) == {"tiny-x2", "tiny-x3", "tiny-x4"}
     m = models["tiny-x3"]
-    assert (m["preset"], m["scale"], m["set5_psnr"], m["set14_psnr"], m["k_max"]) == ("tiny", 3, 30.5, 28.25, 8)
+    assert (m["preset"], m["scale"], m["set5_psnr"], m["set14_psnr"]) == ("tiny", 3, 30.5, 28.25)
+    assert m["k_max"] == 8 and m["attention"] == "adaptive"
     assert m["params"] == sum(p.numel() for p in Upscaler(m["path"], device="cpu")._get(3).net.parameters())
     assert list_models(weights_dir / "missing") == []
 
@@ -168,7 +213,8 @@ def test_bad_size_arguments(up, kwargs, match):
 def test_budget_map_at_output_size_and_stitched_across_tiles(tiny_x2):
     img = DecodedImage(texture(70, 90))
     whole = Upscaler(tiny_x2, device="cpu", tile=None, threads=1).upscale(img, with_budget_map=True)
-    tiled = Upscaler(tiny_x2, device="cpu", tile=48, tile_overlap=8, threads=1).upscale(img, with_budget_map=True)
+    tiler = Upscaler(tiny_x2, device="cpu", tile=48, tile_overlap=8, threads=1)
+    tiled = tiler.upscale(img, with_budget_map=True)
     for res in (whole, tiled):
         b = res.budget_map
         assert b.shape == (140, 180) and b.dtype == np.float32
@@ -185,7 +231,7 @@ def test_concurrent_calls_equal_sequential_ones(tiny_x2):
     sequential = [up.upscale(im, with_budget_map=True) for im in images]
     with ThreadPoolExecutor(max_workers=4) as pool:
         concurrent = list(pool.map(lambda im: up.upscale(im, with_budget_map=True), images))
-    for a, b in zip(sequential, concurrent):
+    for a, b in zip(sequential, concurrent, strict=True):
         np.testing.assert_array_equal(a.image.pixels, b.image.pixels)
         np.testing.assert_array_equal(a.budget_map, b.budget_map)
 

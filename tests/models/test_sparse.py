@@ -160,7 +160,8 @@ def test_the_gate_gives_textured_regions_a_larger_budget():
     textured, flat = kmap[..., :8], kmap[..., 8:]
     assert textured.min() > flat.max()
     # Sample variances of 16-token regions are ~1, not exactly 1: about k = 6 and 2.
-    assert textured.mean().item() == pytest.approx(6.0, abs=0.5) and flat.mean().item() == pytest.approx(2.0, abs=0.5)
+    assert textured.mean().item() == pytest.approx(6.0, abs=0.5)
+    assert flat.mean().item() == pytest.approx(2.0, abs=0.5)
 
 
 def test_halving_the_budget_halves_the_gathered_key_regions():

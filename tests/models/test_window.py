@@ -106,5 +106,6 @@ def test_unshifted_windows_are_independent_blocks():
     v2 = v.clone()
     v2[:, :, 4:, 4:] += 10.0  # change only the bottom-right window's values
     out2 = module.attend(q, k, v2, q, None)
-    assert torch.equal(out[:, :, :4, :], out2[:, :, :4, :]) and torch.equal(out[:, :, 4:, :4], out2[:, :, 4:, :4])
+    assert torch.equal(out[:, :, :4, :], out2[:, :, :4, :])
+    assert torch.equal(out[:, :, 4:, :4], out2[:, :, 4:, :4])
     assert (out[:, :, 4:, 4:] - out2[:, :, 4:, 4:]).abs().min() > 1.0

@@ -111,7 +111,8 @@ class AdaptiveSparseAttention(AttentionBranch):
         n = (hp // p) * (wp // p)
         k_map = (self.allocate(xp, n) + 0.5).floor()  # hard integer budgets, (B, 1, Hr, Wr)
         qh, kh, vh = (to_head_regions(t, p, self.heads) for t in (q, k, v))  # (heads, B*N, P, d)
-        idx = pooled_topk(region_means(qh, b), region_means(kh, b), min(self.k_max, n))
+        k_top = int(k_map.max())  # only the largest tier's k is needed (<= min(k_max, N))
+        idx = pooled_topk(region_means(qh, b), region_means(kh, b), k_top)
         stats: dict = {}
         out = self._tiered(qh, kh, vh, idx, k_map.flatten(1).long(), stats)
         if aux is not None:

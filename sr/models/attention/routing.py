@@ -77,7 +77,12 @@ def tiered_attention(
     k_flat = k_int.reshape(bn)
     tiers = [t for t in torch.unique(k_flat).tolist() if t > 0]
     whole = tiers == [int(k_flat[0])]  # one tier covering every region: no row gathers or scatter
-    out = None if whole else qh.new_zeros(qh.shape)  # k = 0 regions stay zero
+    out = None
+    if not whole:
+        out = qh.new_empty(qh.shape)
+        skipped = (k_flat == 0).nonzero().squeeze(1)
+        if skipped.numel():
+            out.index_fill_(1, skipped, 0.0)  # k = 0: attention skipped, the output is zero
     gathered = calls = 0
     for t in tiers:
         rows = torch.arange(bn, device=qh.device) if whole else (k_flat == t).nonzero().squeeze(1)

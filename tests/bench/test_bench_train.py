@@ -1,0 +1,50 @@
+"""``sr bench train`` on a tiny batch: configurations, ratios to ``none``, JSON and errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sr.bench.train import configurations
+from sr.cli import main
+
+
+def test_configurations_add_none_per_preset_and_kinds_on_the_default_preset():
+    assert configurations(["asa-small", "asa-base"], ["none", "window", "adaptive"]) == [
+        ("asa-small", "adaptive"), ("asa-small", "none"),
+        ("asa-base", "none"), ("asa-base", "window"), ("asa-base", "adaptive"),
+    ]
+
+
+def test_tiny_run_reports_step_times_and_ratios(tmp_path, capsys):
+    out = tmp_path / "train.json"
+    rc = main(["bench", "train", "--presets", "asa-base", "--kinds", "none,topk", "--batch", "2",
+               "--patch", "12", "--steps", "1", "--warmup", "0", "--threads", "1", "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "it/s" in text and "x none" in text and "the same network without attention" in text
+    results = json.loads(out.read_text())["results"]
+    assert [(r["preset"], r["attention"]) for r in results] == [
+        ("asa-base", "none"), ("asa-base", "topk"), ("asa-base", "adaptive")]
+    for r in results:
+        assert r["step_ms"] > 0 and r["it_s"] == pytest.approx(1000 / r["step_ms"])
+        assert r["ratio_to_none"] == pytest.approx(r["step_ms"] / results[0]["step_ms"])
+    assert results[0]["params"] < results[2]["params"]  # attention adds parameters
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--presets", "asa-huge"], "unknown preset(s) asa-huge"),
+        (["--kinds", "sparse"], "unknown attention kind(s) sparse"),
+        (["--steps", "0"], "--steps must be >= 1"),
+        (["--batch", "0"], "--batch must be >= 1"),
+        (["--json", "/nonexistent-dir/x.json"], "does not exist"),
+    ],
+)
+def test_bad_options_are_clear_errors(argv, message, capsys):
+    rc = main(["bench", "train", *argv])
+    assert rc != 0
+    err = capsys.readouterr().err
+    assert err.startswith("sr bench: error:") and message in err

@@ -1,0 +1,283 @@
+"""``sr upscale`` end to end (tiny weights from tmp folders), plus ``sr bench upscale``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageCms
+
+from sr.cli import main
+from sr.io import read_image
+from sr.models import NetConfig, SRNet, build_model
+from sr.models.registry import ASA
+from sr.weights import save_weights
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    torch.manual_seed(0)
+    net = SRNet(NetConfig(scale=2, channels=8, blocks=2, attn_every=2, heads=2, attention="adaptive",
+                          attn_options=dict(ASA)))
+    return str(save_weights(net, tmp_path_factory.mktemp("w") / "tiny-x2.safetensors"))
+
+
+def photo(h: int, w: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    base = np.stack([xx * 255 / max(w - 1, 1), yy * 255 / max(h - 1, 1), (xx + yy) % 64 * 4], axis=2)
+    return np.clip(base + rng.normal(0, 12, (h, w, 3)), 0, 255).astype(np.uint8)
+
+
+def save(path: Path, array: np.ndarray, **options) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path, **options)  # uint16 (H, W) -> 16-bit gray
+    return path
+
+
+def sr(*args: str) -> int:
+    return main(["upscale", *args, "--threads", "1"])
+
+
+def outputs(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def test_folder_of_rgb_gray_alpha_and_16_bit(tmp_path, tiny, capsys):
+    src = tmp_path / "in"
+    save(src / "rgb.png", photo(20, 30))
+    save(src / "gray.png", photo(16, 16)[:, :, 0])
+    ramp = np.linspace(0, 255, 120).reshape(10, 12).astype(np.uint8)
+    save(src / "rgba.png", np.dstack([photo(10, 12), ramp]))
+    save(src / "deep.png", (np.arange(63).reshape(7, 9) * 1000).astype(np.uint16))
+    assert sr(str(src), "-o", str(tmp_path / "out"), "--model", tiny) == 0
+    assert "4 done, 0 skipped, 0 failed" in capsys.readouterr().out
+    out = tmp_path / "out"
+    assert outputs(out) == ["deep_x2.png", "gray_x2.png", "rgb_x2.png", "rgba_x2.png"]
+    rgb, gray, rgba, deep = (read_image(out / f"{n}_x2.png") for n in ("rgb", "gray", "rgba", "deep"))
+    assert (rgb.width, rgb.height, rgb.is_gray, rgb.has_alpha) == (60, 40, False, False)
+    assert (gray.width, gray.height, gray.is_gray) == (32, 32, True)
+    assert (rgba.width, rgba.height, rgba.has_alpha) == (24, 20, True)
+    assert rgba.alpha.min() < 0.1 and rgba.alpha.max() > 0.9  # the gradient survived
+    assert (deep.width, deep.height, deep.bit_depth, deep.is_gray) == (18, 14, 16, True)
+
+
+def test_reading_and_writing_overlap_with_the_model(tmp_path, tiny, monkeypatch, capsys):
+    """Slow I/O (0.25 s to read and to write each image) hides behind a slow model (0.25 s each)."""
+    from sr import io as sr_io
+    from sr.inference import Upscaler
+
+    for i in range(6):
+        save(tmp_path / "in" / f"{i}.png", photo(8, 8, seed=i))
+    delay = 0.25
+
+    def slow(fn):
+        def wrapped(*args, **kwargs):
+            time.sleep(delay)
+            return fn(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(sr_io, "read_image", slow(sr_io.read_image))
+    monkeypatch.setattr(sr_io, "write_image", slow(sr_io.write_image))
+    monkeypatch.setattr(Upscaler, "upscale", slow(Upscaler.upscale))
+    start = time.perf_counter()
+    assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--model", tiny) == 0
+    elapsed = time.perf_counter() - start
+    assert "6 done" in capsys.readouterr().out
+    serial = 6 * 3 * delay  # read + upscale + write, one after another
+    assert elapsed < 0.75 * serial, f"{elapsed:.2f} s: no overlap (serial: {serial:.1f} s)"
+
+
+def test_bad_files_are_reported_and_the_batch_goes_on(tmp_path, tiny, capsys):
+    src = tmp_path / "in"
+    save(src / "a_good.png", photo(12, 12))
+    (src / "b_corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 20)
+    (src / "c_empty.jpg").write_bytes(b"")
+    save(src / "d_good.jpg", photo(10, 14))
+    code = sr(str(src), "-o", str(tmp_path / "out"), "--model", tiny, "--max-pixels", "10000")
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "b_corrupt.png" in captured.err and "c_empty.jpg" in captured.err and "empty" in captured.err
+    assert "2 done, 0 skipped, 2 failed" in captured.out
+    assert outputs(tmp_path / "out") == ["a_good_x2.png", "d_good_x2.png"]
+    save(src / "e_big.png", photo(101, 100))  # over --max-pixels: refused, not decoded
+    big = str(src / "e_big.png")
+    assert sr(big, "-o", str(tmp_path / "o2"), "--model", tiny, "--max-pixels", "10000") == 1
+    assert "over the limit" in capsys.readouterr().err
+
+
+def test_existing_outputs_skip_overwrite_or_error(tmp_path, tiny, capsys):
+    src, out = tmp_path / "in", tmp_path / "out"
+    save(src / "x.png", photo(8, 8))
+    assert sr(str(src), "-o", str(out), "--model", tiny) == 0
+    first = (out / "x_x2.png").stat().st_mtime_ns
+    capsys.readouterr()
+    assert sr(str(src), "-o", str(out), "--model", tiny) == 1
+    assert "exists" in capsys.readouterr().err
+    assert sr(str(src), "-o", str(out), "--model", tiny, "--skip-existing") == 0
+    assert "0 done, 1 skipped, 0 failed" in capsys.readouterr().out
+    assert (out / "x_x2.png").stat().st_mtime_ns == first
+    time.sleep(0.01)
+    assert sr(str(src), "-o", str(out), "--model", tiny, "--overwrite") == 0
+    assert (out / "x_x2.png").stat().st_mtime_ns > first
+
+
+def test_never_overwrites_an_input(tmp_path, tiny, capsys):
+    src = tmp_path / "in"
+    original = save(src / "x.png", photo(8, 8)).read_bytes()
+    assert sr(str(src), "-o", str(src), "--model", tiny, "--suffix", "", "--overwrite") == 2
+    assert "would overwrite the input" in capsys.readouterr().err
+    assert (src / "x.png").read_bytes() == original
+    assert sr(str(src), "-o", str(src), "--model", tiny) == 0  # same folder, distinct names: fine
+    assert outputs(src) == ["x.png", "x_x2.png"]
+
+
+def test_dry_run_lists_and_writes_nothing(tmp_path, tiny, capsys):
+    save(tmp_path / "in" / "x.png", photo(8, 8))
+    assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--model", tiny, "--dry-run",
+              "--save-budget-map") == 0
+    text = capsys.readouterr().out
+    assert f"-> {tmp_path / 'out' / 'x_x2.png'} + {tmp_path / 'out' / 'x_x2_budget.png'}" in text
+    assert "1 to write" in text and not (tmp_path / "out").exists()
+
+
+def test_recursive_keeps_the_tree_and_globs_work(tmp_path, tiny):
+    src = tmp_path / "in"
+    for rel in ("top.png", "a/x.png", "b/c/y.jpg", "b/.hidden.png"):
+        save(src / rel, photo(6, 6))
+    (src / "notes.txt").write_text("not an image")
+    assert sr(str(src), "-o", str(tmp_path / "flat"), "--model", tiny) == 0
+    assert outputs(tmp_path / "flat") == ["top_x2.png"]
+    assert sr(str(src), "-o", str(tmp_path / "tree"), "--model", tiny, "--recursive") == 0
+    assert outputs(tmp_path / "tree") == ["a/x_x2.png", "b/c/y_x2.png", "top_x2.png"]
+    assert sr(str(src / "**" / "*.png"), "-o", str(tmp_path / "glob"), "--model", tiny, "-r") == 0
+    assert outputs(tmp_path / "glob") == ["top_x2.png", "x_x2.png"]
+
+
+def test_outputs_inside_the_input_folder_are_not_new_inputs(tmp_path, tiny, capsys):
+    src = tmp_path / "in"
+    save(src / "x.png", photo(6, 6))
+    for _ in range(2):  # the second run must not pick up in/out/x_x2.png as an input
+        assert sr(str(src), "-o", str(src / "out"), "--model", tiny, "-r", "--skip-existing") == 0
+    assert outputs(src) == ["out/x_x2.png", "x.png"]
+    assert "0 done, 1 skipped" in capsys.readouterr().out
+
+
+def test_missing_input_is_a_failure_but_others_run(tmp_path, tiny, capsys):
+    save(tmp_path / "x.png", photo(6, 6))
+    inputs = (str(tmp_path / "x.png"), str(tmp_path / "nope.png"))
+    assert sr(*inputs, "-o", str(tmp_path / "out"), "--model", tiny) == 1
+    assert "no such file" in capsys.readouterr().err
+    assert outputs(tmp_path / "out") == ["x_x2.png"]
+
+
+def test_budget_map_file_at_output_size(tmp_path, tiny):
+    save(tmp_path / "in" / "x.png", photo(20, 28))
+    assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--model", tiny, "--save-budget-map",
+              "--outscale", "1.5") == 0
+    heat = read_image(tmp_path / "out" / "x_x1.5_budget.png")
+    out = read_image(tmp_path / "out" / "x_x1.5.png")
+    assert (heat.width, heat.height) == (out.width, out.height) == (42, 30)
+    assert not heat.is_gray
+
+
+def test_sizes_suffixes_and_formats(tmp_path, tiny):
+    src = tmp_path / "in"
+    save(src / "a.webp", photo(10, 20), lossless=True)
+    assert sr(str(src), "-o", str(tmp_path / "o1"), "--model", tiny, "--width", "50", "--format", "same") == 0
+    assert outputs(tmp_path / "o1") == ["a_w50.webp"]
+    assert read_image(tmp_path / "o1" / "a_w50.webp").pixels.shape == (25, 50, 3)
+    assert sr(str(src), "-o", str(tmp_path / "o2"), "--model", tiny, "--outscale", "3.7", "-f", "jpg",
+              "--suffix", "_big") == 0
+    assert read_image(tmp_path / "o2" / "a_big.jpg").pixels.shape == (37, 74, 3)
+
+
+def test_exif_orientation_and_icc_profile(tmp_path, tiny):
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise on display
+    save(tmp_path / "in" / "rot.jpg", photo(10, 20), exif=exif.tobytes(), quality=95)
+    icc = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    save(tmp_path / "in" / "icc.png", photo(8, 8), icc_profile=icc)
+    assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--model", tiny) == 0
+    with Image.open(tmp_path / "out" / "rot_x2.png") as im:
+        assert im.size == (20, 40)  # displayed 10 wide x 20 high, doubled
+    with Image.open(tmp_path / "out" / "icc_x2.png") as im:
+        assert im.info.get("icc_profile") == icc
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [(["--outscale", "2", "--width", "9"], "either"), (["--outscale", "-1"], "outscale"),
+     (["--tile", "big"], "--tile"), (["--quality", "0"], "quality"), (["--device", "quantum"], "device"),
+     (["--scale", "4"], "not available"), (["--tile", "10"], "too small")],
+)
+def test_bad_arguments_are_clear_errors(tmp_path, tiny, capsys, args, message):
+    save(tmp_path / "x.png", photo(6, 6))
+    assert sr(str(tmp_path / "x.png"), "-o", str(tmp_path / "out"), "--model", tiny, *args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_model_and_no_inputs(tmp_path, capsys):
+    save(tmp_path / "x.png", photo(6, 6))
+    assert sr(str(tmp_path / "x.png"), "-o", str(tmp_path / "out"), "--model", "no-such-model") == 2
+    assert "unknown model" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert sr(str(tmp_path / "empty"), "-o", str(tmp_path / "out"), "--model", str(tmp_path / "x.png")) == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
+def test_ctrl_c_mid_batch_leaves_only_complete_files(tmp_path):
+    torch.manual_seed(0)
+    weights = save_weights(build_model("asa-small-x2"), tmp_path / "small-x2.safetensors")
+    src, out = tmp_path / "in", tmp_path / "out"
+    for i in range(40):
+        save(src / f"img{i:02d}.png", photo(160, 160, seed=i))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sr", "upscale", str(src), "-o", str(out), "--model", str(weights),
+         "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out.exists() and any(out.glob("*_x2.png"))):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    written = sorted(out.iterdir())
+    assert 1 <= len(written) < 40, "the batch was not interrupted mid-way"
+    for f in written:  # no temp files, and every output decodes completely
+        assert f.name.endswith("_x2.png") and not f.name.startswith(".")
+        assert read_image(f).pixels.shape == (320, 320, 3)
+
+
+def test_bench_upscale_reports_models_and_bicubic(tmp_path, tiny, capsys):
+    for i in range(2):
+        save(tmp_path / "hr" / f"{i}.png", photo(96, 80, seed=i))
+    report = tmp_path / "bench.json"
+    assert main(["bench", "upscale", "--model", tiny, "--images", str(tmp_path / "hr"), "--threads", "1",
+                 "--json", str(report)]) == 0
+    rows = json.loads(report.read_text())
+    assert [r["method"] for r in rows] == ["tiny-x2", "bicubic (sr imresize)", "bicubic (PIL)"]
+    assert all(r["mp_per_s"] > 0 and r["images"] == 2 for r in rows)
+    assert all(r["output_mp"] == round(2 * 96 * 80 / 1e6, 3) for r in rows)
+    assert "MP/s" in capsys.readouterr().out
+    sweep = tmp_path / "sweep.json"
+    assert main(["bench", "upscale", "--model", tiny, "--images", str(tmp_path / "hr"), "--threads", "1",
+                 "--sweep-tile", "32", "--sweep-overlaps", "0,4", "--json", str(sweep)]) == 0
+    rows = json.loads(sweep.read_text())
+    assert [(r["overlap"], r["blend"]) for r in rows] == [(0, "none"), (4, "cut"), (4, "fade"), (4, "linear")]
+    assert all(r["mean_psnr"] > rows[0]["mean_psnr"] + 5 for r in rows[1:])  # overlap pays off
+    assert all(r["compute"] >= 1 and r["tiles"] == 8 for r in rows)
