@@ -24,9 +24,14 @@ def _cubic(x: np.ndarray) -> np.ndarray:
     )
 
 
-@lru_cache(maxsize=64)
-def resize_matrix(in_len: int, out_len: int, scale: float, antialias: bool = True) -> np.ndarray:
-    """The (out_len, in_len) float64 matrix that resizes one axis exactly as MATLAB's imresize."""
+def axis_taps(
+    in_len: int, out_len: int, scale: float, antialias: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """MATLAB imresize's taps for one axis: (source indices, weights), each (out_len, taps).
+
+    Source indices are 0-based and already folded back into the image (symmetric padding, MATLAB's
+    aux index trick); a source index can repeat within a row near the edges.
+    """
     kernel_width = 4.0
     if scale < 1 and antialias:
         kernel_width /= scale
@@ -41,11 +46,16 @@ def resize_matrix(in_len: int, out_len: int, scale: float, antialias: bool = Tru
     else:
         w = _cubic(dist)
     w = w / w.sum(axis=1, keepdims=True)
-    # Symmetric padding: fold out-of-range taps back into the image (MATLAB's aux index trick).
     mirror = np.concatenate([np.arange(in_len), np.arange(in_len - 1, -1, -1)])
-    src = mirror[np.mod(idx.astype(np.int64) - 1, 2 * in_len)]
+    return mirror[np.mod(idx.astype(np.int64) - 1, 2 * in_len)], w
+
+
+@lru_cache(maxsize=64)
+def resize_matrix(in_len: int, out_len: int, scale: float, antialias: bool = True) -> np.ndarray:
+    """The (out_len, in_len) float64 matrix that resizes one axis exactly as MATLAB's imresize."""
+    src, w = axis_taps(in_len, out_len, scale, antialias)
     mat = np.zeros((out_len, in_len), dtype=np.float64)
-    np.add.at(mat, (np.repeat(np.arange(out_len), taps), src.ravel()), w.ravel())
+    np.add.at(mat, (np.repeat(np.arange(out_len), src.shape[1]), src.ravel()), w.ravel())
     return mat
 
 

@@ -40,6 +40,7 @@ def save_weights(model: SRNet, path: str | Path, **info) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         save_file(tensors, str(tmp), metadata=meta)
+        tmp.chmod(0o644)  # safetensors creates files owner-only; shipped weights are meant to be read
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -9,7 +9,8 @@ Methods: ``dense-textbook`` (``sr.models.attention.attention``: the (HW)^2 matri
 ``dense-sdpa`` (PyTorch's fused SDPA), ``window`` (8x8, shifted, with its mask), ``topk`` (4x4
 regions, k = 4), ``adaptive-b4`` / ``adaptive-b2`` (ASA, k in [0, 8], budget 4 or 2, inference
 path). Both adaptive methods share their weights; the gate is re-initialised (``--gate spread``) so
-budgets spread over 0..8 the way a trained gate's do, instead of the near-uniform k of a fresh one.
+budgets spread over 0..8 as they do on real images (there the detail prior spreads them by content;
+the benchmark's random features have near-uniform variance, so a fresh gate would give uniform k).
 
 Timing: min over ``--repeat`` calls, methods interleaved so that load from other processes hits all
 of them alike. ``--clock cpu`` measures this process's CPU time instead of wall time: on a machine

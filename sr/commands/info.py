@@ -28,7 +28,7 @@ META_FIELDS = {
     "steps": "training steps",
     "best_step": "best step",
     "batch": "batch",
-    "patch": "patch (HR)",
+    "patch": "patch (LR)",
     "train_seconds": "training time",
     "hardware": "hardware",
     "train_data": "training data",

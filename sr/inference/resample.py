@@ -8,39 +8,19 @@ as a CSR matrix with a handful of taps per row and applied in float32.
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import numpy as np
 from scipy import sparse
 
-
-def _cubic(x: np.ndarray) -> np.ndarray:
-    # Keys' cubic convolution kernel with a = -0.5 (MATLAB's 'bicubic'), as in sr.resize.
-    ax = np.abs(x)
-    ax2, ax3 = ax**2, ax**3
-    return (1.5 * ax3 - 2.5 * ax2 + 1) * (ax <= 1) + (-0.5 * ax3 + 2.5 * ax2 - 4 * ax + 2) * (
-        (ax > 1) & (ax <= 2)
-    )
+from ..resize import axis_taps
 
 
 @lru_cache(maxsize=16)
 def axis_matrix(in_len: int, out_len: int) -> sparse.csr_matrix:
     """(out_len, in_len) float32 CSR matrix equal to ``sr.resize.resize_matrix(in_len, out_len, out/in)``."""
-    scale = out_len / in_len
-    antialias = scale < 1
-    kernel_width = 4.0 / scale if antialias else 4.0
-    x = np.arange(1, out_len + 1, dtype=np.float64)
-    u = x / scale + 0.5 * (1 - 1 / scale)  # output pixel centre in input coordinates (1-based)
-    left = np.floor(u - kernel_width / 2)
-    taps = math.ceil(kernel_width) + 2
-    idx = left[:, None] + np.arange(taps)[None, :]  # (out, taps), 1-based
-    dist = u[:, None] - idx
-    w = scale * _cubic(dist * scale) if antialias else _cubic(dist)
-    w = w / w.sum(axis=1, keepdims=True)
-    mirror = np.concatenate([np.arange(in_len), np.arange(in_len - 1, -1, -1)])
-    src = mirror[np.mod(idx.astype(np.int64) - 1, 2 * in_len)]
-    rows = np.repeat(np.arange(out_len), taps)
+    src, w = axis_taps(in_len, out_len, out_len / in_len)
+    rows = np.repeat(np.arange(out_len), src.shape[1])
     # COO -> CSR sums the duplicate entries that the mirrored taps create, like np.add.at in sr.resize.
     mat = sparse.coo_matrix((w.ravel(), (rows, src.ravel())), shape=(out_len, in_len)).tocsr()
     mat.sum_duplicates()

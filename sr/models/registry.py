@@ -7,7 +7,7 @@ from torch import nn
 
 from .network import NetConfig, SRNet
 
-ASA = {"region": 4, "k_min": 0, "k_max": 8, "budget": 4.0, "stride": 2}
+ASA = {"region": 4, "k_min": 0, "k_max": 8, "budget": 4.0, "stride": 2, "detail_prior": 0.5}
 
 # Presets are scale-free; a model name is "<preset>-x<scale>", e.g. "asa-base-x2".
 PRESETS: dict[str, dict] = {

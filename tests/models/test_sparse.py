@@ -30,6 +30,7 @@ def variance_gate(module: AdaptiveSparseAttention, gain: float = 0.1505, floor: 
     """
     first, last = module.gate.net[0], module.gate.net[-1]
     c = module.dim
+    module.gate.detail_prior = 0.0  # the hand-set net is the whole score
     with torch.no_grad():
         first.weight.zero_()
         first.bias.zero_()
@@ -162,6 +163,20 @@ def test_the_gate_gives_textured_regions_a_larger_budget():
     # Sample variances of 16-token regions are ~1, not exactly 1: about k = 6 and 2.
     assert textured.mean().item() == pytest.approx(6.0, abs=0.5)
     assert flat.mean().item() == pytest.approx(2.0, abs=0.5)
+
+
+def test_the_detail_prior_sends_the_budget_to_texture_and_skips_flat_regions():
+    """A fresh gate (no training, no hand-set weights): k follows the regions' feature variance."""
+    for budget in (4.0, 2.0):
+        module = adaptive_pair((budget,))[0]
+        kmap, gathered = _budget(module, textured_and_flat(16))
+        textured, flat = kmap[..., :8], kmap[..., 8:]
+        assert (flat == 0).all()  # constant features: attention skipped there
+        assert textured.mean().item() == pytest.approx(2 * budget, abs=0.5)  # water-filled to the mean
+        assert abs(kmap.mean().item() - budget) <= 0.25
+    off = adaptive_pair((4.0,), detail_prior=0.0)[0]
+    kmap, _ = _budget(off, textured_and_flat(16))
+    assert kmap.max() - kmap.min() <= 1  # without the prior a fresh gate is near-uniform
 
 
 def test_halving_the_budget_halves_the_gathered_key_regions():

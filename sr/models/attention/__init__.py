@@ -25,6 +25,7 @@ def make_attention(
     k_max: int = 8,
     budget: float = 4.0,
     stride: int = 1,
+    detail_prior: float = 0.5,
 ) -> nn.Module:
     """Build the ``index``-th attention block of a network (window blocks alternate shifts)."""
     if kind == "none":
@@ -37,7 +38,8 @@ def make_attention(
         return TopkAttention(dim, heads, region=region, k=k, stride=stride)
     if kind == "adaptive":
         return AdaptiveSparseAttention(
-            dim, heads, region=region, k_min=k_min, k_max=k_max, budget=budget, stride=stride
+            dim, heads, region=region, k_min=k_min, k_max=k_max, budget=budget, stride=stride,
+            detail_prior=detail_prior,
         )
     raise ValueError(f"unknown attention {kind!r}; choose from {', '.join(ATTENTION_KINDS)}")
 

@@ -28,11 +28,18 @@ from .routing import (
 
 
 class BudgetGate(nn.Module):
-    """Per-region complexity score from pooled mean and variance: (B, C, H, W) -> (B, 1, H/p, W/p)."""
+    """Per-region complexity score: (B, C, H, W) -> (B, 1, H/p, W/p), >= 0.
 
-    def __init__(self, dim: int, region: int, hidden: int = 16) -> None:
+    score = softplus(net(mean, var)) * detail^prior, with detail the region's mean channel variance.
+    The detail prior makes the allocation follow image content from the first step (a flat region's
+    score ~ 0, so its k ~ 0 and attention is skipped there); the learned net refines it. Without the
+    prior a fresh gate is near-uniform and learns slowly: the only signal reaching it is the
+    fractional rank's weight in the soft top-k.
+    """
+
+    def __init__(self, dim: int, region: int, hidden: int = 16, detail_prior: float = 0.5) -> None:
         super().__init__()
-        self.region = region
+        self.region, self.detail_prior = region, detail_prior
         self.net = nn.Sequential(
             nn.Conv2d(2 * dim, hidden, 1), nn.GELU(), nn.Conv2d(hidden, 1, 3, padding=1)
         )
@@ -46,7 +53,10 @@ class BudgetGate(nn.Module):
         mean = F.avg_pool2d(x, self.region)  # (B, C, Hr, Wr)
         var = (F.avg_pool2d(x * x, self.region) - mean * mean).clamp_min(0)
         stats = torch.cat([mean, var], 1).to(self.net[0].weight.dtype)  # a no-op for fp32 weights
-        return F.softplus(self.net(stats).float())  # (B, 1, Hr, Wr), > 0
+        score = F.softplus(self.net(stats).float())  # (B, 1, Hr, Wr), > 0
+        if self.detail_prior:
+            score = score * var.mean(1, keepdim=True).add(1e-6).pow(self.detail_prior)
+        return score
 
 
 class AdaptiveSparseAttention(AttentionBranch):
@@ -60,19 +70,24 @@ class AdaptiveSparseAttention(AttentionBranch):
         budget: float = 4.0,
         positional: bool = True,
         stride: int = 1,
+        detail_prior: float = 0.5,
     ) -> None:
         super().__init__(dim, heads, positional, stride)
         if not 0 <= k_min <= budget <= k_max:
             raise ValueError(f"need 0 <= k_min <= budget <= k_max, got {k_min}, {budget}, {k_max}")
         self.region, self.k_min, self.k_max, self.budget = region, k_min, k_max, float(budget)
-        self.gate = BudgetGate(dim, region)
+        self.gate = BudgetGate(dim, region, detail_prior=detail_prior)
 
     def allocate(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """Continuous per-region k: (B, 1, Hr, Wr) in [k_min, min(k_max, N)], mean ~ budget."""
         k_max = min(self.k_max, n)
         budget = min(self.budget, k_max)
         score = self.gate(x)
-        k = budget * score / score.mean(dim=(2, 3), keepdim=True)
+        k = budget * score / score.mean(dim=(2, 3), keepdim=True).clamp_min(1e-20)
+        # Water-filling: what regions lose to the k_max cap goes back to the others, keeping the mean.
+        for _ in range(2):
+            k = k.clamp(max=k_max)
+            k = k * (budget / k.mean(dim=(2, 3), keepdim=True).clamp_min(1e-20))
         return k.clamp(min(self.k_min, k_max), k_max)
 
     def attend(self, q, k, v, x, aux):
