@@ -419,14 +419,13 @@ def write_json(path: str, payload: dict) -> None:
 
 
 def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """CPU or CUDA (what the memory measurement supports), resolved like the engine's devices."""
+    from ..inference.devices import DeviceError, resolve_device
+
     try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise CLIError(f"unknown device {name!r}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise CLIError("--device cuda: CUDA is not available")
+        device = resolve_device(name)
+    except DeviceError as e:
+        raise CLIError(str(e)) from None
     if device.type not in ("cpu", "cuda"):
         raise CLIError(f"unsupported device {name!r}; use cpu or cuda")
     return device

@@ -195,19 +195,13 @@ def _check_output(path: str | None, flag: str) -> Path | None:
 
 
 def pick_device(name: str) -> torch.device:
-    import torch
+    """The engine's device resolution (auto = CUDA, MPS, CPU), its errors as CLI messages."""
+    from ..inference.devices import DeviceError, resolve_device
 
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise CLIError(f"unknown device {name!r} (use auto, cpu, cuda, cuda:N or mps)") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise CLIError(f"device {name!r} requested but CUDA is not available")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise CLIError("device 'mps' requested but MPS is not available")
-    return dev
+        return resolve_device(name)
+    except DeviceError as e:
+        raise CLIError(str(e)) from None
 
 
 def load_model(name: str, scale: int, device: torch.device) -> tuple[UpscaleFn, str]:

@@ -24,14 +24,9 @@ from tqdm import tqdm
 
 from ..data import PatchDataset, PatchSampler, build_pairs
 from ..evaluation import evaluate_folder, model_upscaler
+from ..inference.devices import resolve_device
 from ..models import SRNet, build_config, count_params
 from .config import TrainConfig
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -89,7 +84,7 @@ class Trainer:
         self.cfg = cfg
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
-        self.device = pick_device(cfg.device)
+        self.device = resolve_device(cfg.device)
         if self.world > 1:
             backend = "nccl" if self.device.type == "cuda" else "gloo"
             dist.init_process_group(backend)
