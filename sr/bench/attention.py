@@ -80,6 +80,14 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def add_timing_arguments(p: argparse.ArgumentParser) -> None:
+    """--threads, --clock and --device, shared with ``sr bench train``."""
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall time, or this process's CPU time (stable on a shared machine; CPU only)")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=_int_list, default=[32, 64, 128, 256],
                    help="feature-map sides, e.g. 32,64,128,256 (N = side^2 tokens; default: those)")
@@ -87,12 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated subset of {', '.join(METHODS)} (default: all)")
     p.add_argument("--repeat", type=int, default=3, help="timed calls per method and size (default 3)")
     p.add_argument("--backward", action="store_true", help="also time forward+backward (training paths)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="wall time, or this process's CPU time (stable on a shared machine; CPU only)")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
+    add_timing_arguments(p)
     p.add_argument("--gate", choices=("spread", "init"), default="spread",
-                   help="adaptive gate: spread budgets like a trained gate (default) or as initialised")
+                   help="adaptive gate: budgets spread over 0..8 as on real images (default), "
+                        "or as initialised")
     p.add_argument("--channels", type=int, default=48, help="channels C (default 48)")
     p.add_argument("--heads", type=int, default=3, help="attention heads (default 3)")
     p.add_argument("--max-gib", type=float, default=4.0,

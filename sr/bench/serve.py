@@ -100,6 +100,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL if the process has not exited within ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def rss_bytes(pid: int) -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -284,12 +294,7 @@ def run(args: argparse.Namespace) -> int:
             except httpx.HTTPError:
                 healthy = False
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
     report = summarize(results, elapsed, bodies, rss, rss_base, healthy)
     report.update(model=model if not args.tiny else "asa-small-x2 (random init)", device=args.device,
                   concurrency=args.concurrency, workers=args.workers, image=f"{args.size}x{args.size}",

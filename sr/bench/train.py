@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from ..cli import CLIError
 from ..models import DEFAULT_PRESET, PRESETS, build_model, count_params
 from ..models.attention import ATTENTION_KINDS
-from .attention import Clock, pick_device, run_config, set_threads, write_json
+from .attention import Clock, add_timing_arguments, pick_device, run_config, set_threads, write_json
 
 BUDGET_WEIGHT = 0.01  # the trainer's default budget_weight
 TARGET_RATIO = 1.5  # the default preset's step may cost at most this much more than without attention
@@ -38,10 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
     p.add_argument("--patch", type=int, default=48, help="LR patch side (default 48)")
     p.add_argument("--amp", action="store_true", help="bf16 autocast (default: fp32)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="wall time, or this process's CPU time (stable on a shared machine; CPU only)")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
+    add_timing_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed for weights and the batch (default 0)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from PIL import Image
 
 from service.app import create_app
 from service.settings import Settings
+from sr.bench.serve import free_port, stop_process
 from sr.models import build_model
 from sr.weights import save_weights
 
@@ -78,12 +78,6 @@ def make_client(weights_dir: Path) -> Iterator[Callable[..., TestClient]]:
         client.__exit__(None, None, None)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def live_server(weights_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real `sr serve` process on a free loopback port; yields its base URL, stops it after."""
@@ -112,9 +106,4 @@ def live_server(weights_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
             time.sleep(0.2)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
+from sr.bench.serve import free_port
 from sr.train.config import load_config
 from sr.train.loop import Trainer, lr_at
 from sr.weights import load_weights
@@ -149,9 +149,7 @@ def test_bad_config_is_a_clear_error(tmp_path):
 def test_ddp_two_processes_on_cpu(tmp_path):
     cfg = _cfg(tmp_path, steps=6, val=[])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with socket.socket() as s:  # a free loopback port for the rendezvous
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a free loopback port for the rendezvous
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
            f"--master_port={port}",
            "-m", "sr", "train", "--name", "ddp", "--preset", "asa-small", "--patch", "16", "--batch", "2",
