@@ -12,6 +12,12 @@ path). Both adaptive methods share their weights; the gate is re-initialised (``
 budgets spread over 0..8 as they do on real images (there the detail prior spreads them by content;
 the benchmark's random features have near-uniform variance, so a fresh gate would give uniform k).
 
+Inputs: ``--features random`` (default) feeds Gaussian features; ``--features photo`` feeds what the
+shipped model (``--model``, default asa-base-x2) computes at its first attention block for a real
+photograph (skimage's astronaut, centre crop of side ``stride * size``, after the block's stride
+pooling), and every method takes that block's trained q/k/v, LePE, projection and gate weights. That
+is the setting the budget is for: flat regions (sky, skin, background) get k = 0 and skip attention.
+
 Timing: min over ``--repeat`` calls, methods interleaved so that load from other processes hits all
 of them alike. ``--clock cpu`` measures this process's CPU time instead of wall time: on a machine
 shared with other jobs it is far more stable (use it with ``--threads 1``).
@@ -39,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from ..cli import CLIError
 from ..models.attention import (
@@ -99,6 +106,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gate", choices=("spread", "init"), default="spread",
                    help="adaptive gate: budgets spread over 0..8 as on real images (default), "
                         "or as initialised")
+    p.add_argument("--features", choices=("random", "photo"), default="random",
+                   help="inputs: Gaussian features (default) or a photograph's features at the first "
+                        "attention block of --model, with that block's trained weights")
+    p.add_argument("--model", default="asa-base-x2",
+                   help="shipped model name or .safetensors file for --features photo (default asa-base-x2)")
     p.add_argument("--channels", type=int, default=48, help="channels C (default 48)")
     p.add_argument("--heads", type=int, default=3, help="attention heads (default 3)")
     p.add_argument("--max-gib", type=float, default=4.0,
@@ -220,6 +232,59 @@ def build_methods(
     return modules
 
 
+class PhotoFeatures:
+    """A photograph's features at the first attention block of a trained model, by map side."""
+
+    def __init__(self, model_name: str, device: torch.device) -> None:
+        from skimage import data
+
+        from ..weights import WeightsError, load_weights, resolve_weights
+
+        try:
+            model, _ = load_weights(resolve_weights(model_name))
+        except WeightsError as e:
+            raise CLIError(str(e)) from None
+        blocks = [m for m in model.modules() if isinstance(m, AdaptiveSparseAttention)]
+        if not blocks:
+            raise CLIError(f"{model_name} has no adaptive attention block to take features from")
+        model = model.eval().to(device).to(memory_format=torch.channels_last)
+        self.model, self.block, self.device = model, blocks[0], device
+        photo = torch.from_numpy(data.astronaut())  # (512, 512, 3) uint8
+        self.image = photo.permute(2, 0, 1)[None].float().div(255)  # (1, 3, 512, 512)
+        self.max_size = min(self.image.shape[-2:]) // self.block.stride
+
+    def __call__(self, size: int) -> torch.Tensor:
+        """(1, C, size, size): the block's input, stride-pooled as the block itself pools it."""
+        if size > self.max_size:
+            raise CLIError(f"--features photo supports sizes up to {self.max_size} (the photo is "
+                           f"{self.image.shape[-1]} px, the block's stride {self.block.stride}); got {size}")
+        side = size * self.block.stride
+        top, left = ((n - side) // 2 for n in self.image.shape[-2:])
+        crop = self.image[:, :, top : top + side, left : left + side].to(self.device)
+        crop = crop.contiguous(memory_format=torch.channels_last)
+        captured: list[torch.Tensor] = []
+        hook = self.block.register_forward_pre_hook(lambda mod, inp: captured.append(inp[0]))
+        try:
+            with torch.inference_mode():
+                self.model(crop)
+        finally:
+            hook.remove()
+        x = captured[0]
+        if self.block.stride > 1:
+            x = F.avg_pool2d(x, self.block.stride, ceil_mode=True)
+        return x.clone()
+
+    def share_weights(self, modules: dict[str, AttentionBranch]) -> None:
+        """Every method takes the block's trained projections; adaptive ones its trained gate too."""
+        state = self.block.state_dict()
+        shared = {k: v for k, v in state.items() if not k.startswith("gate.")}
+        for m in modules.values():
+            m.load_state_dict(shared, strict=False)
+            if isinstance(m, AdaptiveSparseAttention):
+                m.gate.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("gate.")})
+                m.gate.detail_prior = self.block.gate.detail_prior
+
+
 @dataclass
 class Row:
     size: int
@@ -253,12 +318,20 @@ def _textbook_bytes(size: int, heads: int, backward: bool) -> float:
 
 
 def run_size(size: int, modules: dict[str, AttentionBranch], args: argparse.Namespace, device: torch.device,
-             clock: Clock, prev: dict[str, tuple[float | None, float | None]], prev_size: int | None
+             clock: Clock, prev: dict[str, tuple[float | None, float | None]], prev_size: int | None,
+             features: Callable[[int], torch.Tensor] | None = None,
              ) -> tuple[dict[str, Row], dict[str, tuple[float | None, float | None]]]:
-    """Measure every method at one size; returns the rows and the (ms, MiB) figures for extrapolation."""
+    """Measure every method at one size; returns the rows and the (ms, MiB) figures for extrapolation.
+
+    ``features(size)`` gives the input map (default: Gaussian features from ``args.seed``).
+    """
     c = args.channels
-    g = torch.Generator().manual_seed(args.seed + size)
-    x = torch.randn(1, c, size, size, generator=g).to(device)
+    if features is not None:
+        x = features(size)
+    else:
+        g = torch.Generator().manual_seed(args.seed + size)
+        x = torch.randn(1, c, size, size, generator=g).to(device)
+    x = x.contiguous(memory_format=torch.channels_last)  # the engine's layout (sr.inference.engine)
     any_module = next(iter(modules.values()))
     with torch.no_grad():
         q, k, v = any_module.qkv(x).chunk(3, dim=1)  # identical for every method (shared weights)
@@ -467,16 +540,25 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     device = pick_device(args.device)
     clock = Clock(args.clock, device)
+    photo = PhotoFeatures(args.model, device) if args.features == "photo" else None
+    if photo is not None:
+        args.channels, args.heads = photo.block.dim, photo.block.heads  # the block's own shape
+        if max(args.sizes) > photo.max_size:
+            photo(max(args.sizes))  # the clear error, before any measuring
     modules = {name: m.to(device) for name, m in
                build_methods(methods, args.channels, args.heads, args.gate, args.seed).items()}
+    if photo is not None:
+        photo.share_weights(modules)
 
-    print(f"attention core, batch 1, C={args.channels}, {args.heads} heads, stride 1; device {device}, "
-          f"{torch.get_num_threads()} threads, {args.clock} clock, min of {args.repeat}", flush=True)
+    inputs = f"photo features of {args.model}" if photo else "random features"
+    print(f"attention core, batch 1, C={args.channels}, {args.heads} heads, stride 1, {inputs}, "
+          f"channels-last; device {device}, {torch.get_num_threads()} threads, {args.clock} clock, "
+          f"min of {args.repeat}", flush=True)
     rows: list[Row] = []
     prev: dict[str, tuple[float | None, float | None]] = {}
     prev_size = None
     for size in sorted(set(args.sizes)):
-        result, prev = run_size(size, modules, args, device, clock, prev, prev_size)
+        result, prev = run_size(size, modules, args, device, clock, prev, prev_size, photo)
         rows.extend(result.values())
         prev_size = size
         print(f"  {size}x{size} done", flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue the run in RUN_DIR exactly (flags may extend --steps)")
     for name, f in FIELDS.items():
         flag = "--" + name.replace("_", "-")
-        default = f.default if f.default is not f.default_factory else f.default_factory()  # type: ignore[misc]
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
         if name in ("train", "val"):
             p.add_argument(flag, nargs="*", default=None, help=f"folders (default: {default}; empty = none)")
         else:

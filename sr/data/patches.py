@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -61,7 +63,8 @@ def build_pairs(
                 lr = np.load(f)
             else:
                 lr = imresize(hr, 1 / scale)
-                tmp = f.with_suffix(".tmp.npy")
+                # a private temp name: several runs may fill the same cache at once
+                tmp = f.with_name(f"{f.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.npy")
                 np.save(tmp, lr)
                 tmp.replace(f)
         else:

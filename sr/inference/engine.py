@@ -223,6 +223,10 @@ class Upscaler:
                 except sr_weights.WeightsError as e:
                     raise UpscaleError(str(e)) from None
                 net = net.to(device=self.device, dtype=self.dtype).eval().requires_grad_(False)
+                if self.device.type in ("cpu", "cuda"):
+                    # channels-last: oneDNN/cuDNN's native conv layout, and region gathers then copy
+                    # contiguous per-token vectors (x2 on this CPU: ~27% faster, same output to 1e-6)
+                    net = net.to(memory_format=torch.channels_last)
                 loaded = _Loaded(net, path.stem, scale, _attention_align(net), net.cfg.channels)
                 self._models[scale] = loaded
         return loaded
@@ -323,6 +327,8 @@ class Upscaler:
         if c == 1:
             x = x.expand(1, 3, h, w)  # gray (or alpha) through the RGB model, averaged back below
         x = x.to(device=self.device, dtype=self.dtype)
+        if self.device.type in ("cpu", "cuda"):
+            x = x.contiguous(memory_format=torch.channels_last)
         aux: dict | None = {} if want_budget else None
         y = loaded.net(x, aux).float().clamp_(0, 1)  # (1, 3, sh, sw)
         if c == 1:

@@ -113,6 +113,12 @@ class Trainer:
         self.elapsed = 0.0  # training seconds over all sessions (for the model card)
         if resume:
             self._load(self.run_dir / "last.pt")
+        elif (self.run_dir / "last.pt").exists() or (self.run_dir / "log.jsonl").exists():
+            # never mix two runs' checkpoints and logs in one folder
+            raise ValueError(
+                f"{self.run_dir} already holds a training run; continue it with --resume {self.run_dir} "
+                "or choose another --name/--out"
+            )
         elif cfg.init:
             missing = load_init(self.model, cfg.init)
             self.ema.load_state_dict(self.model.state_dict())

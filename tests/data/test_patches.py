@@ -33,6 +33,27 @@ def test_pairs_are_modcropped_bicubic_and_cached(tmp_path):
     assert again[0][1].max() == 0
 
 
+def test_runs_filling_one_cache_at_once_do_not_collide(tmp_path, monkeypatch):
+    # Two training runs started together both miss the cache and write the same entry; make them
+    # interleave deterministically (both save, then both rename) as they did in the wild.
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    _save(tmp_path / "hr", "a.png", (40, 40))
+    barrier, save = threading.Barrier(2, timeout=30), np.save
+
+    def save_then_wait(path, arr):
+        save(path, arr)
+        barrier.wait()
+
+    monkeypatch.setattr(np, "save", save_then_wait)
+    with ThreadPoolExecutor(2) as pool:
+        jobs = [pool.submit(build_pairs, [tmp_path / "hr"], 2, 8, tmp_path / "cache") for _ in range(2)]
+        results = [j.result() for j in jobs]
+    assert all(len(pairs) == 1 for pairs, _ in results)
+    assert [p.name.count(".") for p in (tmp_path / "cache").iterdir()] == [1]  # no temp file left
+
+
 def test_missing_or_too_small_data_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="training folder not found"):
         build_pairs([tmp_path / "nope"], 2, 8)

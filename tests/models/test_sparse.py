@@ -8,9 +8,13 @@ import torch
 from sr.models.attention import AdaptiveSparseAttention, DenseAttention, TopkAttention, attention
 from sr.models.attention.routing import (
     coarse_topk,
-    from_head_regions,
+    from_token_rows,
+    pooled_topk,
+    region_token_ids,
+    route,
     tiered_attention,
-    to_head_regions,
+    token_rows,
+    two_level_topk,
 )
 
 
@@ -95,13 +99,21 @@ def test_tiered_attention_matches_a_per_region_reference():
     idx = torch.stack([torch.stack([torch.randperm(n, generator=g)[:5] for _ in range(n)]) for _ in range(b)])
     k_int = torch.randint(0, 6, (b, n), generator=g)
     k_int[0, 0], k_int[1, 2] = 0, 5
-    qh, kh, vh = (to_head_regions(t, p, heads) for t in (q, k, v))
+    rows = [token_rows(t) for t in (q, k, v)]
+    tokens = region_token_ids(b, *hw, p, q.device)
     stats: dict = {}
-    out = from_head_regions(tiered_attention(qh, kh, vh, idx, k_int, stats=stats), b, *hw, p)
+    out = from_token_rows(tiered_attention(*rows, tokens, idx, k_int, heads, stats=stats), b, *hw)
     # The same with at most 3 gathered regions per call (chunked tiers) must not change anything.
-    chunked = from_head_regions(tiered_attention(qh, kh, vh, idx, k_int, max_gather=3), b, *hw, p)
+    chunked = from_token_rows(tiered_attention(*rows, tokens, idx, k_int, heads, max_gather=3), b, *hw)
     torch.testing.assert_close(chunked, out, atol=1e-6, rtol=0)
     assert stats["gathered"] == int(k_int.sum())
+    # Channels-last maps give the same rows without a copy (the engine's layout).
+    cl = [t.contiguous(memory_format=torch.channels_last) for t in (q, k, v)]
+    assert token_rows(cl[0]).data_ptr() == cl[0].data_ptr()
+    torch.testing.assert_close(
+        from_token_rows(tiered_attention(*[token_rows(t) for t in cl], tokens, idx, k_int, heads), b, *hw),
+        out, atol=1e-6, rtol=0,
+    )
 
     def region_tokens(t, bi, r):  # (heads, p*p, d) tokens of region r of image bi
         ry, rx = divmod(r, hw[1] // p)
@@ -129,6 +141,49 @@ def test_coarse_topk_picks_the_best_pooled_regions_first():
     scores = qr.mean(2) @ kr.mean(2).transpose(1, 2)  # (1, 5, 7)
     assert torch.equal(idx, scores.argsort(dim=-1, descending=True)[..., :3])
     assert torch.equal(coarse_topk(qr, kr, 3, chunk=2), idx)  # query chunks change nothing
+
+
+def _smooth_region_means(b: int, hr: int, wr: int, c: int = 16, seed: int = 0) -> torch.Tensor:
+    """(B, N, C) region means with spatial structure (like a photo's), on an (hr, wr) grid."""
+    g = torch.Generator().manual_seed(seed)
+    coarse = torch.randn(b, c, (hr + 3) // 4, (wr + 3) // 4, generator=g)
+    field = torch.nn.functional.interpolate(coarse, size=(hr, wr), mode="bilinear", align_corners=False)
+    field = field + 0.3 * torch.randn(b, c, hr, wr, generator=g)
+    return field.flatten(2).transpose(1, 2).contiguous()
+
+
+@pytest.mark.parametrize("grid", [(10, 10), (9, 7), (5, 1)])
+def test_two_level_routing_keeping_every_group_is_exact(grid):
+    qc = _smooth_region_means(2, *grid, seed=1)
+    kc = _smooth_region_means(2, *grid, seed=2)
+    groups = ((grid[0] + 1) // 2) * ((grid[1] + 1) // 2)
+    k = min(3, grid[0] * grid[1])
+    assert torch.equal(two_level_topk(qc, kc, grid, k, keep=groups), pooled_topk(qc, kc, k))
+    assert torch.equal(two_level_topk(qc, kc, grid, k, keep=groups, chunk=3), pooled_topk(qc, kc, k))
+
+
+def test_two_level_routing_finds_nearly_the_exact_top_k():
+    # On photo-like (spatially smooth) features the coarse-to-fine search keeps most of the exact
+    # top-k and nearly all of its score; every row holds k distinct, valid regions.
+    grid, k = (40, 36), 8
+    qc = _smooth_region_means(1, *grid, seed=3)
+    kc = qc + 0.1 * torch.randn(qc.shape, generator=torch.Generator().manual_seed(4))
+    exact, fast = pooled_topk(qc, kc, k), two_level_topk(qc, kc, grid, k)
+    n = grid[0] * grid[1]
+    assert fast.shape == exact.shape and int(fast.min()) >= 0 and int(fast.max()) < n
+    assert all(len(set(row.tolist())) == k for row in fast[0])
+    overlap = sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(exact[0], fast[0], strict=True))
+    overlap /= exact.numel()
+    assert overlap > 0.85  # 0.92 here
+
+    def total(ids):
+        return torch.einsum("bnc,bnkc->", qc, kc[0][ids])
+
+    assert float(total(fast)) > 0.99 * float(total(exact))  # 0.9945 here
+    # route() switches to it above the threshold and stays exact below
+    assert torch.equal(route(qc, kc, grid, k, two_level_above=None), exact)
+    assert torch.equal(route(qc, kc, grid, k, two_level_above=n), exact)
+    assert torch.equal(route(qc, kc, grid, k, two_level_above=n - 1), fast)
 
 
 # --- budgets and the gate -------------------------------------------------------------------------

@@ -109,6 +109,15 @@ def test_sigterm_writes_checkpoint_and_exits(tmp_path):
     assert ckpt["step"] >= 2
 
 
+def test_fresh_run_refuses_a_folder_holding_another_run(tmp_path):
+    cfg = _cfg(tmp_path, steps=2, val=[])
+    Trainer(cfg).fit()
+    before = (cfg.run_dir / "log.jsonl").read_text()
+    with pytest.raises(ValueError, match="--resume"):
+        Trainer(_cfg(tmp_path, steps=2, val=[]))
+    assert (cfg.run_dir / "log.jsonl").read_text() == before
+
+
 def test_init_from_other_scale_copies_matching_tensors(tmp_path):
     cfg2 = _cfg(tmp_path / "x2", steps=5, val=[])
     Trainer(cfg2).fit()

@@ -16,14 +16,15 @@ from torch import nn
 from .common import AttentionBranch, from_regions, pad_to_multiple, to_regions
 from .routing import (
     coarse_topk,
-    from_head_regions,
+    from_token_rows,
     gather_regions,
-    pooled_topk,
     rank_mask_bias,
     region_attention,
-    region_means,
+    region_mean_rows,
+    region_token_ids,
+    route,
     tiered_attention,
-    to_head_regions,
+    token_rows,
 )
 
 
@@ -71,8 +72,10 @@ class AdaptiveSparseAttention(AttentionBranch):
         positional: bool = True,
         stride: int = 1,
         detail_prior: float = 0.5,
+        two_level_above: int | None = 1024,
     ) -> None:
         super().__init__(dim, heads, positional, stride)
+        self.two_level_above = two_level_above  # inference: coarse-to-fine routing beyond this many regions
         if not 0 <= k_min <= budget <= k_max:
             raise ValueError(f"need 0 <= k_min <= budget <= k_max, got {k_min}, {budget}, {k_max}")
         self.region, self.k_min, self.k_max, self.budget = region, k_min, k_max, float(budget)
@@ -118,21 +121,28 @@ class AdaptiveSparseAttention(AttentionBranch):
         return from_regions(out, hp, wp, p), k_map
 
     def _attend_infer(self, q, k, v, x, aux):
-        """Hard path: integer k per region, tiers in the head-major layout; returns (map, k map)."""
+        """Hard path: integer k per region, tiers gathered from token rows; returns (map, k map)."""
         p = self.region
         # Padding each tensor separately equals padding their concatenation, without the copy.
         q, k, v, xp = (pad_to_multiple(t, p)[0] for t in (q, k, v, x))
-        b, _, hp, wp = q.shape
-        n = (hp // p) * (wp // p)
-        k_map = (self.allocate(xp, n) + 0.5).floor()  # hard integer budgets, (B, 1, Hr, Wr)
-        qh, kh, vh = (to_head_regions(t, p, self.heads) for t in (q, k, v))  # (heads, B*N, P, d)
+        b, c, hp, wp = q.shape
+        grid = (hp // p, wp // p)
+        k_map = (self.allocate(xp, grid[0] * grid[1]) + 0.5).floor()  # hard integer budgets, (B, 1, Hr, Wr)
         k_top = int(k_map.max())  # only the largest tier's k is needed (<= min(k_max, N))
-        idx = pooled_topk(region_means(qh, b), region_means(kh, b), k_top)
-        stats: dict = {}
-        out = self._tiered(qh, kh, vh, idx, k_map.flatten(1).long(), stats)
+        stats: dict = {"gathered": 0}
+        if k_top == 0:  # every region skips attention
+            out = q.new_zeros(q.shape)
+        else:
+            idx = route(region_mean_rows(q, p), region_mean_rows(k, p), grid, k_top, self.two_level_above)
+            tokens = region_token_ids(b, hp, wp, p, q.device)  # (B*N, P)
+            rows = tiered_attention(
+                token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_map.flatten(1).long(),
+                self.heads, stats=stats,
+            )
+            out = from_token_rows(rows, b, hp, wp)
         if aux is not None:
             aux.setdefault("gathered_regions", []).append(stats["gathered"])
-        return from_head_regions(out, b, hp, wp, p), k_map
+        return out, k_map
 
     def _soft(self, qr, kr, vr, idx, k_cont):
         """Training: all k_max regions gathered, rank r weighted by clamp(k - r, 0, 1)."""
@@ -148,7 +158,3 @@ class AdaptiveSparseAttention(AttentionBranch):
         ).view(b, n, pp, c)
         # k -> 0 fades the whole branch out, so a budget of 0 means "no attention here".
         return out * weights[..., :1, None].to(out.dtype)
-
-    def _tiered(self, qh, kh, vh, idx, k_int, stats: dict | None = None):
-        """Inference: regions grouped by their integer k; tier t gathers exactly t key regions."""
-        return tiered_attention(qh, kh, vh, idx, k_int, stats=stats)

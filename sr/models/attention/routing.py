@@ -4,9 +4,10 @@ Coarse scoring pools q and k over p x p regions and scores N pooled queries agai
 (N = HW / p^2), so it costs (HW / p^2)^2 * C instead of (HW)^2 * C. It runs in query chunks so its
 memory stays linear in N.
 
-Two layouts: training uses (B, N, P, C) region tokens (``to_regions``); inference uses head-major
-(heads, B*N, P, d) (``to_head_regions``), where a gather of key regions is one ``index_select`` and
-the gathered keys are already SDPA's (batch, heads, L, d) shape, so no permute copies per tier.
+Two layouts: training uses (B, N, P, C) region tokens (``to_regions``); inference keeps the maps as
+token rows (B*H*W, C) (``token_rows``: a view of a channels-last map, no copy) and gathers each
+tier's query and key tokens straight from them, so the only copies are the gathers themselves, which
+follow the budget, and the scatter of the outputs.
 """
 
 from __future__ import annotations
@@ -39,74 +40,138 @@ def pooled_topk(qc: torch.Tensor, kc: torch.Tensor, k: int, chunk: int = 256) ->
     return torch.cat(out, dim=1)
 
 
-def region_means(th: torch.Tensor, b: int) -> torch.Tensor:
-    """Head-major regions (heads, B*N, P, d) -> (B, N, heads*d) fp32 region means for coarse scoring."""
-    heads, bn, _, d = th.shape
-    return th.float().mean(2).view(heads, b, bn // b, d).permute(1, 2, 0, 3).reshape(b, bn // b, heads * d)
+def _group_members(grid: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """(S, 4) ids of the regions in each 2x2 group of a (Hr, Wr) grid, -1 past the grid's edge."""
+    hr, wr = grid
+    offset = torch.arange(2, device=device)
+    ry = torch.arange((hr + 1) // 2, device=device)[:, None, None, None] * 2 + offset[:, None]  # (Hs,1,2,1)
+    rx = torch.arange((wr + 1) // 2, device=device)[None, :, None, None] * 2 + offset  # (1,Ws,1,2)
+    return torch.where((ry < hr) & (rx < wr), ry * wr + rx, -1).reshape(-1, 4)
 
 
-def to_head_regions(x: torch.Tensor, p: int, heads: int) -> torch.Tensor:
-    """(B, C, H, W), H and W multiples of p -> (heads, B*N, p*p, C/heads); regions row-major per image."""
-    b, c, h, w = x.shape
-    x = x.view(b, heads, c // heads, h // p, p, w // p, p)
-    return x.permute(1, 0, 3, 5, 4, 6, 2).reshape(heads, b * (h // p) * (w // p), p * p, c // heads)
+def _group_means(t: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """(B, N, C) on a (Hr, Wr) grid -> (B, S, C) means of 2x2 groups (edge groups average what they hold)."""
+    b, _, c = t.shape
+    return F.avg_pool2d(t.transpose(1, 2).reshape(b, c, *grid), 2, ceil_mode=True).flatten(2).transpose(1, 2)
 
 
-def from_head_regions(x: torch.Tensor, b: int, h: int, w: int, p: int) -> torch.Tensor:
-    """Inverse of :func:`to_head_regions`: (heads, B*N, p*p, d) -> (B, heads*d, H, W)."""
-    heads, _, _, d = x.shape
-    x = x.view(heads, b, h // p, w // p, p, p, d)
-    return x.permute(1, 0, 6, 2, 4, 3, 5).reshape(b, heads * d, h, w)
+@torch.no_grad()
+def two_level_topk(
+    qc: torch.Tensor, kc: torch.Tensor, grid: tuple[int, int], k: int, keep: int | None = None,
+    chunk: int = 256,
+) -> torch.Tensor:
+    """Coarse-to-fine top-k: route 2x2 groups of query regions to 2x2 groups of key regions first.
+
+    qc, kc: (B, N, C) region means on a (Hr, Wr) grid, row-major. Level 1 scores group means
+    against group means and keeps each query group's ``keep`` best key groups (default 2k, at
+    least 4); level 2 scores each query region against the regions of those groups and keeps its
+    top-k. The exact single-level routing (:func:`pooled_topk`) costs N^2 * C and a top-k over N per
+    query; this costs (N/4)^2 * C + N * 4 keep * C and top-k over N/4 per query group, so at large N
+    routing stops outgrowing the fine attention. It equals :func:`pooled_topk` whenever each query's
+    true top-k lie in its group's kept groups (always when ``keep`` covers every group).
+    Returns (B, N, k) int64, best first.
+    """
+    b, n, c = kc.shape
+    members = _group_members(grid, kc.device)  # (S, 4)
+    s_count = members.shape[0]
+    keep = min(s_count, keep if keep is not None else max(2 * k, 4))
+    qs, ks = _group_means(qc, grid), _group_means(kc, grid)  # (B, S, C)
+    dummy = members.new_tensor(n)  # id -1 reads an extra zero row, masked out of every top-k
+    members = torch.where(members < 0, dummy, members)
+    batch_offset = (n + 1) * torch.arange(b, device=kc.device)
+    k_rows = torch.cat([kc, kc.new_zeros(b, 1, c)], 1).flatten(0, 1)  # (B*(N+1), C)
+    q_rows = torch.cat([qc, qc.new_zeros(b, 1, c)], 1).flatten(0, 1)
+    out = kc.new_empty((b, n + 1, k), dtype=torch.long)
+    for start in range(0, s_count, chunk):
+        groups = members[start : start + chunk]  # (m, 4) query regions of these query groups
+        m = groups.shape[0]
+        best_groups = (qs[:, start : start + chunk] @ ks.transpose(1, 2)).topk(keep, dim=-1).indices
+        cand = members[best_groups].flatten(2)  # (B, m, 4 keep) key region ids (n = none)
+        kg = k_rows.index_select(0, (cand + batch_offset[:, None, None]).flatten()).view(b, m, -1, c)
+        qg = q_rows.index_select(0, (groups + batch_offset[:, None, None]).flatten()).view(b, m, 4, c)
+        scores = (qg @ kg.transpose(-1, -2)).masked_fill((cand == n)[:, :, None], float("-inf"))
+        best = scores.topk(k, dim=-1).indices  # (B, m, 4, k) positions among the candidates
+        ids = cand[:, :, None].expand(-1, -1, 4, -1).gather(-1, best)  # (B, m, 4, k)
+        out[:, groups.flatten()] = ids.flatten(1, 2)  # row n collects the padding queries
+    return out[:, :n]
+
+
+@torch.no_grad()
+def route(
+    qc: torch.Tensor, kc: torch.Tensor, grid: tuple[int, int], k: int, two_level_above: int | None
+) -> torch.Tensor:
+    """Each query region's top-k key regions: exact single-level scoring up to ``two_level_above``
+    regions, coarse-to-fine (:func:`two_level_topk`) beyond (None = always exact)."""
+    hr, wr = grid
+    if two_level_above is None or hr * wr <= two_level_above or 4 * max(2 * k, 4) >= hr * wr:
+        return pooled_topk(qc, kc, k)
+    return two_level_topk(qc, kc, grid, k)
+
+
+def token_rows(t: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B*H*W, C) token rows: a view for a channels-last map (a copy otherwise)."""
+    return t.permute(0, 2, 3, 1).reshape(-1, t.shape[1])
+
+
+def from_token_rows(rows: torch.Tensor, b: int, h: int, w: int) -> torch.Tensor:
+    """Inverse of :func:`token_rows`: (B*H*W, C) -> (B, C, H, W), channels-last (a view)."""
+    return rows.view(b, h, w, -1).permute(0, 3, 1, 2)
+
+
+def region_token_ids(b: int, h: int, w: int, p: int, device: torch.device) -> torch.Tensor:
+    """(B*N, p*p) row ids into :func:`token_rows` of each p x p region's tokens; regions row-major."""
+    ry = torch.arange(h // p, device=device)[:, None, None, None] * p
+    rx = torch.arange(w // p, device=device)[None, :, None, None] * p
+    dy = torch.arange(p, device=device)[None, None, :, None]
+    dx = torch.arange(p, device=device)[None, None, None, :]
+    ids = ((ry + dy) * w + rx + dx).reshape(-1, p * p)  # (N, P) within one image
+    return (ids[None] + (h * w) * torch.arange(b, device=device)[:, None, None]).flatten(0, 1)
+
+
+def region_mean_rows(t: torch.Tensor, p: int) -> torch.Tensor:
+    """(B, C, H, W), H and W multiples of p -> (B, N, C) fp32 region means for coarse scoring."""
+    return F.avg_pool2d(t.float(), p).flatten(2).transpose(1, 2)
 
 
 def tiered_attention(
-    qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, idx: torch.Tensor, k_int: torch.Tensor,
-    max_gather: int = 4096, stats: dict | None = None,
+    q_rows: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, tokens: torch.Tensor,
+    idx: torch.Tensor, k_int: torch.Tensor, heads: int, max_gather: int = 4096, stats: dict | None = None,
 ) -> torch.Tensor:
     """Hard top-k region attention with a per-region k, grouped into tiers of equal k.
 
-    qh, kh, vh: (heads, B*N, P, d) from :func:`to_head_regions`; idx: (B, N, >= max k) key region
-    ids per image, best first; k_int: (B, N) integer k per query region (0 = no attention: the
-    output stays zero). Each call gathers at most ``max_gather`` key regions, so the temporaries stay
-    bounded whatever the map size. ``stats``, if given, receives ``gathered`` (key regions gathered)
-    and ``calls`` (SDPA calls). Returns (heads, B*N, P, d).
+    q_rows, k_rows, v_rows: (T, C) token rows (:func:`token_rows`); tokens: (B*N, P) token ids of
+    each region (:func:`region_token_ids`); idx: (B, N, >= max k) key region ids per image, best
+    first; k_int: (B, N) integer k per query region (0 = no attention: its output stays zero). Tier t
+    gathers its query regions' tokens and exactly t key regions per query region, so copies and
+    scores follow the budget; each call gathers at most ``max_gather`` key regions, bounding the
+    temporaries. ``stats``, if given, receives ``gathered`` (key regions) and ``calls`` (SDPA calls).
+    Returns (T, C) output rows.
     """
-    heads, bn, pp, d = qh.shape
+    c = q_rows.shape[1]
+    d = c // heads
     b, n, _ = idx.shape
+    pp = tokens.shape[1]
     flat_idx = (idx + n * torch.arange(b, device=idx.device)[:, None, None]).flatten(0, 1)  # (B*N, k)
-    k_flat = k_int.reshape(bn)
+    k_flat = k_int.reshape(-1)
     tiers = [t for t in torch.unique(k_flat).tolist() if t > 0]
-    whole = tiers == [int(k_flat[0])]  # one tier covering every region: no row gathers or scatter
-    out = None
-    if not whole:
-        out = qh.new_empty(qh.shape)
-        skipped = (k_flat == 0).nonzero().squeeze(1)
-        if skipped.numel():
-            out.index_fill_(1, skipped, 0.0)  # k = 0: attention skipped, the output is zero
+    skipped = bool((k_flat == 0).any())
+    out = q_rows.new_zeros(q_rows.shape) if skipped else q_rows.new_empty(q_rows.shape)  # (T, C)
     gathered = calls = 0
     for t in tiers:
-        rows = torch.arange(bn, device=qh.device) if whole else (k_flat == t).nonzero().squeeze(1)
+        rows = (k_flat == t).nonzero().squeeze(1)  # query regions of this tier
         step = max(1, max_gather // t)
         for start in range(0, rows.numel(), step):
             r = rows[start : start + step]
             m = r.numel()
-            ids = flat_idx[r, :t].reshape(-1)  # (m*t,)
-            kg = kh.index_select(1, ids).view(heads, m, t * pp, d)
-            vg = vh.index_select(1, ids).view(heads, m, t * pp, d)
-            qg = qh[:, start : start + m] if whole else qh.index_select(1, r)
-            res = F.scaled_dot_product_attention(qg, kg, vg)  # (heads, m, P, d); scores m x P x tP
+            q_ids = tokens[r].flatten()  # (m*P,)
+            kv_ids = tokens[flat_idx[r, :t]].flatten()  # (m*t*P,), key regions in rank order
+            # (m, heads, L, d) views of gathered rows: SDPA reads them strided, no layout copies
+            qg = q_rows.index_select(0, q_ids).view(m, pp, heads, d).transpose(1, 2)
+            kg = k_rows.index_select(0, kv_ids).view(m, t * pp, heads, d).transpose(1, 2)
+            vg = v_rows.index_select(0, kv_ids).view(m, t * pp, heads, d).transpose(1, 2)
+            res = F.scaled_dot_product_attention(qg, kg, vg)  # (m, heads, P, d); scores m x P x tP
+            out.index_copy_(0, q_ids, res.transpose(1, 2).reshape(m * pp, c))
             gathered, calls = gathered + m * t, calls + 1
-            if whole and m == bn:
-                out = res
-                continue
-            if out is None:
-                out = qh.new_empty(qh.shape)
-            if whole:
-                out[:, start : start + m] = res
-            else:
-                out.index_copy_(1, r, res)
-    if out is None:  # every region has k = 0
-        out = qh.new_zeros(qh.shape)
     if stats is not None:
         stats["gathered"] = stats.get("gathered", 0) + gathered
         stats["calls"] = stats.get("calls", 0) + calls

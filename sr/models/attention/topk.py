@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
-import torch
-
 from .common import AttentionBranch, pad_to_multiple
-from .routing import from_head_regions, pooled_topk, region_means, tiered_attention, to_head_regions
+from .routing import from_token_rows, region_mean_rows, region_token_ids, route, tiered_attention, token_rows
 
 
 class TopkAttention(AttentionBranch):
     def __init__(
-        self, dim: int, heads: int, region: int = 4, k: int = 4, positional: bool = True, stride: int = 1
+        self, dim: int, heads: int, region: int = 4, k: int = 4, positional: bool = True, stride: int = 1,
+        two_level_above: int | None = 1024,
     ) -> None:
         super().__init__(dim, heads, positional, stride)
-        self.region, self.k = region, k
+        self.region, self.k, self.two_level_above = region, k, two_level_above
 
     def attend(self, q, k, v, x, aux):
         b, c, h, w = q.shape
         p = self.region
         q, k, v = (pad_to_multiple(t, p)[0] for t in (q, k, v))
         hp, wp = q.shape[-2:]
-        n = (hp // p) * (wp // p)
-        kk = min(self.k, n)
-        qh, kh, vh = (to_head_regions(t, p, self.heads) for t in (q, k, v))  # (heads, B*N, P, d)
-        idx = pooled_topk(region_means(qh, b), region_means(kh, b), kk)  # (B, N, k), best first
-        k_int = torch.full((b, n), kk, dtype=torch.long, device=q.device)  # one tier: every region
-        out = tiered_attention(qh, kh, vh, idx, k_int)
-        return from_head_regions(out, b, hp, wp, p)[:, :, :h, :w]
+        grid = (hp // p, wp // p)
+        kk = min(self.k, grid[0] * grid[1])
+        # (B, N, k) key regions per query region, best first
+        idx = route(region_mean_rows(q, p), region_mean_rows(k, p), grid, kk, self.two_level_above)
+        k_int = idx.new_full(idx.shape[:2], kk)  # one tier: every region
+        tokens = region_token_ids(b, hp, wp, p, q.device)
+        rows = tiered_attention(token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_int, self.heads)
+        return from_token_rows(rows, b, hp, wp)[:, :, :h, :w]
