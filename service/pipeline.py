@@ -36,6 +36,7 @@ class JobRequest:
     quality: int
     budget_map: bool
     max_pixels: int
+    tta: bool = False
     budget_k_max: float | None = None  # heat-map scale: the model's k_max, so maps compare across images
     submitted: float = field(default_factory=time.perf_counter)
 
@@ -57,7 +58,7 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
     img = read_image(req.data, max_pixels=req.max_pixels)
     t1 = time.perf_counter()
     res = engine.upscale(img, scale=req.scale, outscale=req.outscale, width=req.width, height=req.height,
-                         with_budget_map=req.budget_map)
+                         with_budget_map=req.budget_map, tta=req.tta)
     t2 = time.perf_counter()
     if req.budget_map:
         if res.budget_map is None:

@@ -125,14 +125,21 @@ def evaluate_folder(
     return scores
 
 
-def model_upscaler(model: torch.nn.Module, device: str | torch.device = "cpu") -> UpscaleFn:
-    """Whole-image fp32 upscaler for evaluation: uint8 (H, W, 3) -> float (sH, sW, 3) in [0, 255]."""
+def model_upscaler(
+    model: torch.nn.Module, device: str | torch.device = "cpu", tta: bool = False
+) -> UpscaleFn:
+    """Whole-image fp32 upscaler for evaluation: uint8 (H, W, 3) -> float (sH, sW, 3) in [0, 255].
+
+    ``tta``: the geometric self-ensemble (:mod:`sr.inference.ensemble`), the "+" rows of SR papers.
+    """
+    from .inference.ensemble import self_ensemble
 
     @torch.inference_mode()
     def run(lr: np.ndarray) -> np.ndarray:
         # torch.tensor copies: decoded images are often read-only arrays, which from_numpy warns about
         x = torch.tensor(lr).permute(2, 0, 1)[None].float().div(255).to(device)
-        y = model(x).clamp(0, 1).mul(255)
+        y = self_ensemble(lambda t: (model(t), None), x)[0] if tta else model(x)
+        y = y.clamp(0, 1).mul(255)
         return y[0].permute(1, 2, 0).cpu().numpy()
 
     return run

@@ -132,7 +132,7 @@ function chooseFile(file) {
 // --- upscale ----------------------------------------------------------------------------------
 function currentFields() {
   return { model: $("model").value, scale: $("scale").value, format: $("format").value,
-           quality: $("quality").value };
+           quality: $("quality").value, tta: $("tta").checked ? "true" : "false" };
 }
 
 // POST the file with `fields`; resolves {blob, xhr}, rejects with a readable message.

@@ -58,6 +58,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", metavar="FILE", help="write per-image and per-set results as CSV")
     p.add_argument("--save", metavar="DIR", help="save SR images as PNG under DIR/<set>/")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    p.add_argument("--budget", type=float, metavar="K",
+                   help="adaptive attention: mean key regions per query region at inference (0 = skip "
+                        "attention; default: as trained)")
+    p.add_argument("--tta", action="store_true",
+                   help="score the x8 geometric self-ensemble of the model (the '+' rows of SR papers)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the per-set means")
 
 
@@ -204,8 +209,13 @@ def pick_device(name: str) -> torch.device:
         raise CLIError(str(e)) from None
 
 
-def load_model(name: str, scale: int, device: torch.device) -> tuple[UpscaleFn, str]:
-    """(upscale function, description) for --model; weights are checked against --scale."""
+def load_model(
+    name: str, scale: int, device: torch.device, tta: bool = False, budget: float | None = None
+) -> tuple[UpscaleFn, str]:
+    """(upscale function, description) for --model; weights are checked against --scale.
+
+    ``budget`` overrides the adaptive attention's mean number of key regions per query region.
+    """
     from ..evaluation import model_upscaler
     from ..models import count_params
     from ..weights import WeightsError, load_weights, resolve_weights
@@ -217,9 +227,27 @@ def load_model(name: str, scale: int, device: torch.device) -> tuple[UpscaleFn, 
         raise CLIError(f"{e} (or use --model bicubic)") from None
     if model.scale != scale:
         raise CLIError(f"{path} is a x{model.scale} model but --scale is {scale}")
+    if budget is not None:
+        set_budget(model, budget)
     model.to(device)
     label = meta.get("name") or path.stem
-    return model_upscaler(model, device), f"{label} ({path}, {count_params(model):,} params, {device})"
+    extras = ", x8 self-ensemble" if tta else ""
+    extras += f", attention budget {budget:g}" if budget is not None else ""
+    desc = f"{label} ({path}, {count_params(model):,} params, {device}{extras})"
+    return model_upscaler(model, device, tta), desc
+
+
+def set_budget(model: torch.nn.Module, budget: float) -> None:
+    """Set every adaptive attention block's target budget (0 = attention skipped everywhere)."""
+    from ..models.attention import AdaptiveSparseAttention
+
+    blocks = [m for m in model.modules() if isinstance(m, AdaptiveSparseAttention)]
+    if not blocks:
+        raise CLIError("--budget needs a model with adaptive attention")
+    for block in blocks:
+        if not 0 <= budget <= block.k_max:
+            raise CLIError(f"--budget must be between 0 and the model's k_max {block.k_max}, got {budget:g}")
+        block.budget, block.k_min = float(budget), min(block.k_min, int(budget))
 
 
 # -- output -----------------------------------------------------------------------------------------
@@ -333,9 +361,11 @@ def run(args: argparse.Namespace) -> int:
     plans = plan_sets(args.hr, args.lr, scale)
     device = pick_device(args.device)  # checked even for bicubic, so a typo never passes silently
     if bicubic:
+        if args.tta or args.budget is not None:
+            raise CLIError("--tta and --budget need a model, not bicubic")
         upscale, model_desc = None, "bicubic (MATLAB imresize)"
     else:
-        upscale, model_desc = load_model(args.model, scale, device)
+        upscale, model_desc = load_model(args.model, scale, device, args.tta, args.budget)
 
     chan = "Y" if args.channel == "y" else "RGB"
     print(f"model: {model_desc}   scale: x{scale}   scored on: {chan}, {scale}-pixel border cropped")

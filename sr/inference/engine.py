@@ -25,6 +25,7 @@ import torch
 from .. import weights as sr_weights
 from ..models import SRNet
 from .devices import DeviceError, available_memory, configure_threads, pick_dtype, resolve_device
+from .ensemble import self_ensemble
 from .resample import resize_to
 from .tiling import TileFn, min_tile, run_tiled
 
@@ -319,7 +320,7 @@ class Upscaler:
         return (lambda a: self._run_tile(loaded, a, with_budget_map)), loaded.align
 
     def _run_tile(
-        self, loaded: _Loaded, arr: np.ndarray, want_budget: bool
+        self, loaded: _Loaded, arr: np.ndarray, want_budget: bool, tta: bool = False
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """(h, w, C) float32 -> ((s*h, s*w, C) float32 in [0, 1], budget (h, w) or None)."""
         h, w, c = arr.shape
@@ -327,28 +328,34 @@ class Upscaler:
         if c == 1:
             x = x.expand(1, 3, h, w)  # gray (or alpha) through the RGB model, averaged back below
         x = x.to(device=self.device, dtype=self.dtype)
-        if self.device.type in ("cpu", "cuda"):
-            x = x.contiguous(memory_format=torch.channels_last)
-        aux: dict | None = {} if want_budget else None
-        y = loaded.net(x, aux).float().clamp_(0, 1)  # (1, 3, sh, sw)
+
+        def net(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            if self.device.type in ("cpu", "cuda"):
+                t = t.contiguous(memory_format=torch.channels_last)
+            aux: dict | None = {} if want_budget else None
+            y = loaded.net(t, aux)  # (1, 3, sh, sw)
+            if aux is None or not aux.get("budget_maps"):
+                return y, None
+            maps = torch.cat([m.float() for m in aux["budget_maps"]], dim=1)  # (1, n_blocks, h, w)
+            return y, maps.mean(dim=1, keepdim=True)
+
+        y, budget_map = self_ensemble(net, x) if tta else net(x)
+        y = y.float().clamp_(0, 1)
         if c == 1:
             y = y.mean(dim=1, keepdim=True)
         out = y[0].permute(1, 2, 0).cpu().numpy()
-        budget = None
-        if aux is not None and aux.get("budget_maps"):
-            maps = torch.cat([m.float() for m in aux["budget_maps"]], dim=1)  # (1, n_blocks, h, w)
-            budget = maps.mean(dim=1)[0].cpu().numpy()
+        budget = None if budget_map is None else budget_map[0, 0].cpu().numpy()
         return out, budget
 
     def _run_pass(
-        self, loaded: _Loaded, pixels: np.ndarray, want_budget: bool
+        self, loaded: _Loaded, pixels: np.ndarray, want_budget: bool, tta: bool = False
     ) -> tuple[np.ndarray, np.ndarray | None]:
         h, w = pixels.shape[:2]
         tile = self._tile_for(loaded, h, w)
         while True:
             try:
                 return run_tiled(
-                    pixels, lambda a: self._run_tile(loaded, a, want_budget), loaded.scale, tile,
+                    pixels, lambda a: self._run_tile(loaded, a, want_budget, tta), loaded.scale, tile,
                     self.tile_overlap, loaded.align, want_budget,
                 )
             except (RuntimeError, MemoryError) as e:
@@ -362,12 +369,12 @@ class Upscaler:
                 tile = smaller  # retry the whole pass with half the tile (the plan changes)
 
     def _run_passes(
-        self, pixels: np.ndarray, passes: list[int], want_budget: bool
+        self, pixels: np.ndarray, passes: list[int], want_budget: bool, tta: bool = False
     ) -> tuple[np.ndarray, list[np.ndarray], list[str]]:
         maps, names = [], []
         for s in passes:
             loaded = self._get(s)
-            pixels, budget = self._run_pass(loaded, pixels, want_budget)
+            pixels, budget = self._run_pass(loaded, pixels, want_budget, tta)
             names.append(loaded.name)
             if budget is not None:
                 maps.append(budget)
@@ -382,13 +389,16 @@ class Upscaler:
         height: int | None = None,
         alpha_mode: str = "bicubic",
         with_budget_map: bool = False,
+        tta: bool = False,
     ) -> UpscaleResult:
         """Upscale a decoded image (``sr.io.DecodedImage``).
 
         ``scale`` picks the model scale (default: the smallest available); ``outscale`` (any float
         > 0) or ``width``/``height`` (one of them keeps the aspect ratio) give the exact output size,
         reached by the fewest model passes, then MATLAB-bicubic resizing. ``alpha_mode``: 'bicubic'
-        resizes the alpha channel, 'model' runs it through the network as gray.
+        resizes the alpha channel, 'model' runs it through the network as gray. ``tta`` averages the
+        network over the 8 flips/rotations of each tile (:mod:`sr.inference.ensemble`): ~0.1-0.15 dB
+        better, 8x the compute.
         """
         start = time.perf_counter()
         pixels = getattr(img, "pixels", None)
@@ -396,6 +406,8 @@ class Upscaler:
             raise UpscaleError("image pixels must be a float (H, W, 1|3) array")
         if pixels.shape[0] < 1 or pixels.shape[1] < 1:
             raise UpscaleError(f"image is empty ({pixels.shape[1]}x{pixels.shape[0]})")
+        if not isinstance(tta, bool):
+            raise UpscaleError(f"tta must be true or false, got {tta!r}")
         if alpha_mode not in ALPHA_MODES:
             raise UpscaleError(f"alpha_mode must be one of {', '.join(ALPHA_MODES)}, got {alpha_mode!r}")
         h, w = pixels.shape[:2]
@@ -403,14 +415,14 @@ class Upscaler:
         alpha = getattr(img, "alpha", None)
         with torch.inference_mode():
             pixels = pixels.astype(np.float32, copy=False)
-            out, maps, names = self._run_passes(pixels, passes, with_budget_map)
+            out, maps, names = self._run_passes(pixels, passes, with_budget_map, tta)
             if out.shape[:2] != (out_h, out_w):
                 out = np.clip(resize_to(out, out_h, out_w), 0, 1)
             out_alpha = None
             if alpha is not None:
                 a = np.asarray(alpha, dtype=np.float32)
                 if alpha_mode == "model":
-                    a = self._run_passes(a[:, :, None], passes, False)[0][:, :, 0]
+                    a = self._run_passes(a[:, :, None], passes, False, tta)[0][:, :, 0]
                 out_alpha = np.clip(resize_to(a, out_h, out_w), 0, 1) if a.shape != (out_h, out_w) else a
         budget = None
         if with_budget_map and maps:

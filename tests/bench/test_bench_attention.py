@@ -37,6 +37,27 @@ def test_tiny_run_writes_rows_for_every_method(tmp_path, capsys):
     assert data["config"]["threads"] == 1 and data["config"]["channels"] == 12
 
 
+def test_photo_features_use_the_trained_block_and_spend_by_content(tmp_path, capsys):
+    out = tmp_path / "photo.json"
+    rc = main(["bench", "attention", "--sizes", "32", "--methods", "topk,adaptive-b4,adaptive-b2",
+               "--repeat", "1", "--threads", "1", "--features", "photo", "--json", str(out)])
+    assert rc == 0
+    assert "photo features of asa-base-x2" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["config"]["channels"] == 48 and data["config"]["heads"] == 3  # the block's own shape
+    rows = {r["method"]: r for r in data["rows"]}
+    a4, a2 = rows["adaptive-b4"]["extra"], rows["adaptive-b2"]["extra"]
+    assert a4["mean_k"] == pytest.approx(4, abs=0.2) and a2["mean_k"] == pytest.approx(2, abs=0.2)
+    assert a2["gathered_regions"] < 0.6 * a4["gathered_regions"]
+
+
+def test_photo_features_reject_a_map_larger_than_the_photo(capsys):
+    rc = main(["bench", "attention", "--sizes", "512", "--methods", "adaptive-b4", "--features", "photo"])
+    assert rc != 0
+    err = capsys.readouterr().err
+    assert "supports sizes up to 256" in err and "Traceback" not in err
+
+
 def test_textbook_dense_is_skipped_when_it_would_not_fit(capsys):
     rc = main(["bench", "attention", "--sizes", "8,16", "--methods", "dense-textbook,window", "--repeat", "1",
                "--channels", "6", "--max-gib", "0.0001", "--backward"])

@@ -131,6 +131,33 @@ def test_model_weights_and_save(capsys: pytest.CaptureFixture, sets: dict[str, P
     assert np.asarray(Image.open(save / "alpha" / "cam.png")).ndim == 2  # gray scored and saved gray
 
 
+def test_tta_scores_the_self_ensemble(capsys: pytest.CaptureFixture, sets: dict[str, Path],
+                                      weights: Path) -> None:
+    code, out, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", str(weights),
+                         "--device", "cpu", "--tta")
+    assert code == 0 and "x8 self-ensemble" in out
+    model, _ = load_weights(weights)
+    rows = _rows(out)
+    for path in sorted(sets["alpha"].glob("*.png")):
+        hr = np.asarray(Image.open(path))
+        p, s, _ = score_image(hr, model_upscaler(model, tta=True), 2)
+        assert rows[path.stem] == (round(p, 4), round(s, 4))
+        assert p != score_image(hr, model_upscaler(model), 2)[0]
+
+
+def test_budget_override_changes_the_attention_spent(capsys: pytest.CaptureFixture, sets: dict[str, Path],
+                                                     weights: Path) -> None:
+    def mean_psnr(*extra: str) -> float:
+        code, out, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", str(weights),
+                             "--device", "cpu", *extra)
+        assert code == 0
+        return _rows(out)["mean"][0]
+
+    trained = mean_psnr()
+    assert mean_psnr("--budget", "4") == trained  # the preset's own budget: nothing changes
+    assert mean_psnr("--budget", "0") != trained  # attention skipped everywhere
+
+
 def test_bicubic_save_is_viewable_rgb(
     capsys: pytest.CaptureFixture, sets: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -211,6 +238,8 @@ def test_gray_as_rgb_changes_gray_scores(capsys: pytest.CaptureFixture, sets: di
         (["--hr", "{root}/alpha", "--scale", "2", "--model", "{root}/bad.safetensors"], "not a readable"),
         (["--hr", "{root}/alpha", "--scale", "2", "--json", "{root}"], "is a folder"),
         (["--hr", "{root}/alpha", "--scale", "2", "--device", "nonsense"], "unknown device"),
+        (["--hr", "{root}/alpha", "--scale", "2", "--tta"], "need a model, not bicubic"),
+        (["--hr", "{root}/alpha", "--scale", "2", "--model", "{w}", "--budget", "9"], "between 0 and"),
     ],
 )
 def test_errors_exit_nonzero_with_message(capsys: pytest.CaptureFixture, sets: dict[str, Path], weights: Path,

@@ -191,6 +191,15 @@ def test_budget_map_file_at_output_size(tmp_path, tiny):
     assert not heat.is_gray
 
 
+def test_tta_quality_mode_writes_the_ensembled_image(tmp_path, tiny):
+    save(tmp_path / "in" / "x.png", photo(20, 28))
+    assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "plain"), "--model", tiny) == 0
+    assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "tta"), "--model", tiny, "--tta") == 0
+    plain, tta = (read_image(tmp_path / d / "x_x2.png") for d in ("plain", "tta"))
+    assert tta.pixels.shape == plain.pixels.shape == (40, 56, 3)
+    assert not np.array_equal(tta.pixels, plain.pixels)
+
+
 def test_sizes_suffixes_and_formats(tmp_path, tiny):
     src = tmp_path / "in"
     save(src / "a.webp", photo(10, 20), lossless=True)

@@ -14,6 +14,7 @@ from sr.models.attention.routing import (
     route,
     tiered_attention,
     token_rows,
+    topk_indices,
     two_level_topk,
 )
 
@@ -132,6 +133,23 @@ def test_tiered_attention_matches_a_per_region_reference():
             vals = torch.cat([region_tokens(v, bi, int(j)) for j in idx[bi, r, :t]], dim=1)
             ref, _ = attention(region_tokens(q, bi, r), keys, vals)
             torch.testing.assert_close(got.transpose(1, 2), ref, atol=1e-5, rtol=0)
+
+
+def test_region_means_of_q_and_k_come_from_pooled_x():
+    torch.manual_seed(0)
+    block = AdaptiveSparseAttention(24, 3, region=4)
+    x = torch.randn(2, 24, 12, 16).contiguous(memory_format=torch.channels_last)
+    q, k, _ = block.qkv(x).chunk(3, dim=1)
+    qm, km = block.pooled_qk(x, 4)
+    for got, full in ((qm, q), (km, k)):
+        want = torch.nn.functional.avg_pool2d(full, 4).flatten(2).transpose(1, 2)  # (B, N, C)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("n, k", [(100, 3), (256, 5), (256, 8), (40, 8), (600, 8)])
+def test_topk_indices_equal_torch_topk_with_or_without_padding(n, k):
+    scores = torch.randn(3, 7, n, generator=torch.Generator().manual_seed(n + k))
+    assert torch.equal(topk_indices(scores, k), scores.topk(k, dim=-1).indices)
 
 
 def test_coarse_topk_picks_the_best_pooled_regions_first():

@@ -76,6 +76,14 @@ def test_budget_map_returns_a_heat_map_png_of_the_output_size(make_client, make_
     assert (im.size, im.mode) == ((48, 40), "RGB")
 
 
+def test_tta_quality_mode(make_client, make_image) -> None:
+    client, png = make_client(), make_image(24, 20)
+    plain, tta = _post(client, png, scale=2), _post(client, png, scale=2, tta="true")
+    assert plain.status_code == tta.status_code == 200, tta.text
+    assert _size(tta.content) == (48, 40) and tta.content != plain.content
+    assert _post(client, png, tta="maybe").status_code == 422
+
+
 def test_models_health_ready_docs_and_page(make_client) -> None:
     client = make_client()
     models = client.get("/v1/models").json()

@@ -20,7 +20,6 @@ from .routing import (
     gather_regions,
     rank_mask_bias,
     region_attention,
-    region_mean_rows,
     region_token_ids,
     route,
     tiered_attention,
@@ -72,7 +71,7 @@ class AdaptiveSparseAttention(AttentionBranch):
         positional: bool = True,
         stride: int = 1,
         detail_prior: float = 0.5,
-        two_level_above: int | None = 1024,
+        two_level_above: int | None = 512,
     ) -> None:
         super().__init__(dim, heads, positional, stride)
         self.two_level_above = two_level_above  # inference: coarse-to-fine routing beyond this many regions
@@ -133,7 +132,7 @@ class AdaptiveSparseAttention(AttentionBranch):
         if k_top == 0:  # every region skips attention
             out = q.new_zeros(q.shape)
         else:
-            idx = route(region_mean_rows(q, p), region_mean_rows(k, p), grid, k_top, self.two_level_above)
+            idx = route(*self.pooled_qk(xp, p), grid, k_top, self.two_level_above)
             tokens = region_token_ids(b, hp, wp, p, q.device)  # (B*N, P)
             rows = tiered_attention(
                 token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_map.flatten(1).long(),

@@ -87,9 +87,27 @@ class AttentionBranch(nn.Module):
         self.qkv = nn.Conv2d(dim, 3 * dim, 1)
         self.lepe = nn.Conv2d(dim, dim, 3, padding=1, groups=dim) if positional else None
         self.proj = nn.Conv2d(dim, dim, 1)
+        # Near-zero output projection: a fresh branch adds ~nothing, so the network starts as its conv
+        # body and the attention grows in as it learns (with the default init it adds noise to the
+        # residual stream and slowed early training). Not exactly zero, so every weight has a gradient.
+        nn.init.normal_(self.proj.weight, std=1e-3)
+        nn.init.zeros_(self.proj.bias)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor, aux: dict | None):
+        """The attention core: q, k, v = ``self.qkv(x)`` split in three; returns (B, C, H, W)."""
         raise NotImplementedError
+
+    def pooled_qk(self, x: torch.Tensor, p: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Region means of q and k, (B, N, C) each, from the p x p region means of x.
+
+        q and k are a 1x1 conv of x, so their region means are that conv of x's region means: no
+        pass over the full-resolution q and k (which, as channel slices of one map, pooling would
+        first copy whole).
+        """
+        c = self.dim
+        pooled = F.avg_pool2d(x.float(), p)  # (B, C, H/p, W/p)
+        qk = F.conv2d(pooled, self.qkv.weight[: 2 * c].float(), self.qkv.bias[: 2 * c].float())
+        return tuple(t.flatten(2).transpose(1, 2) for t in qk.chunk(2, dim=1))  # type: ignore[return-value]
 
     def forward(self, x: torch.Tensor, aux: dict | None = None) -> torch.Tensor:
         h, w = x.shape[-2:]
