@@ -397,7 +397,7 @@ class Upscaler:
         > 0) or ``width``/``height`` (one of them keeps the aspect ratio) give the exact output size,
         reached by the fewest model passes, then MATLAB-bicubic resizing. ``alpha_mode``: 'bicubic'
         resizes the alpha channel, 'model' runs it through the network as gray. ``tta`` averages the
-        network over the 8 flips/rotations of each tile (:mod:`sr.inference.ensemble`): ~0.1-0.15 dB
+        network over the 8 flips/rotations of each tile (:mod:`sr.inference.ensemble`): ~0.1-0.2 dB
         better, 8x the compute.
         """
         start = time.perf_counter()

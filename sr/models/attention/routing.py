@@ -24,7 +24,7 @@ def topk_indices(scores: torch.Tensor, k: int) -> torch.Tensor:
     On CPU, rows shorter than 64k take an nth_element path that costs ~2.5 ns per element and grows
     with the row (0.66 ms for 256 rows of 256 at k = 8, one thread); padding the rows with -inf to
     64k + 1 columns selects the partial-sort path instead (0.44 ms; at k = 5: 0.58 -> 0.24 ms).
-    Padding pays when it at most ~2.5x the row; the indices are identical.
+    Padding pays while the padded row is at most ~2.5x the row; the indices are identical.
     """
     n = scores.shape[-1]
     width = 64 * k + 1
