@@ -136,6 +136,11 @@ class Upscaler:
         except DeviceError as e:
             raise UpscaleError(str(e)) from None
         self.dtype = pick_dtype(self.device)
+        # channels-last on CPU/CUDA: oneDNN/cuDNN's native conv layout, and the attention's region
+        # gathers then copy contiguous per-token vectors (x2 on this CPU: ~27% faster, same output)
+        self.memory_format = (
+            torch.channels_last if self.device.type in ("cpu", "cuda") else torch.contiguous_format
+        )
         try:
             self.threads = configure_threads(threads)
         except ValueError as e:
@@ -223,11 +228,8 @@ class Upscaler:
                     net, _meta = sr_weights.load_weights(path)
                 except sr_weights.WeightsError as e:
                     raise UpscaleError(str(e)) from None
-                net = net.to(device=self.device, dtype=self.dtype).eval().requires_grad_(False)
-                if self.device.type in ("cpu", "cuda"):
-                    # channels-last: oneDNN/cuDNN's native conv layout, and region gathers then copy
-                    # contiguous per-token vectors (x2 on this CPU: ~27% faster, same output to 1e-6)
-                    net = net.to(memory_format=torch.channels_last)
+                net = net.to(device=self.device, dtype=self.dtype, memory_format=self.memory_format)
+                net = net.eval().requires_grad_(False)
                 loaded = _Loaded(net, path.stem, scale, _attention_align(net), net.cfg.channels)
                 self._models[scale] = loaded
         return loaded
@@ -330,8 +332,7 @@ class Upscaler:
         x = x.to(device=self.device, dtype=self.dtype)
 
         def net(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            if self.device.type in ("cpu", "cuda"):
-                t = t.contiguous(memory_format=torch.channels_last)
+            t = t.contiguous(memory_format=self.memory_format)
             aux: dict | None = {} if want_budget else None
             y = loaded.net(t, aux)  # (1, 3, sh, sw)
             if aux is None or not aux.get("budget_maps"):

@@ -16,14 +16,10 @@ from torch import nn
 from .common import AttentionBranch, from_regions, pad_to_multiple, to_regions
 from .routing import (
     coarse_topk,
-    from_token_rows,
     gather_regions,
     rank_mask_bias,
     region_attention,
-    region_token_ids,
-    route,
-    tiered_attention,
-    token_rows,
+    routed_attention,
 )
 
 
@@ -124,21 +120,16 @@ class AdaptiveSparseAttention(AttentionBranch):
         p = self.region
         # Padding each tensor separately equals padding their concatenation, without the copy.
         q, k, v, xp = (pad_to_multiple(t, p)[0] for t in (q, k, v, x))
-        b, c, hp, wp = q.shape
-        grid = (hp // p, wp // p)
-        k_map = (self.allocate(xp, grid[0] * grid[1]) + 0.5).floor()  # hard integer budgets, (B, 1, Hr, Wr)
-        k_top = int(k_map.max())  # only the largest tier's k is needed (<= min(k_max, N))
+        n = (q.shape[-2] // p) * (q.shape[-1] // p)
+        k_map = (self.allocate(xp, n) + 0.5).floor()  # hard integer budgets, (B, 1, Hr, Wr)
         stats: dict = {"gathered": 0}
-        if k_top == 0:  # every region skips attention
+        if int(k_map.max()) == 0:  # every region skips attention
             out = q.new_zeros(q.shape)
         else:
-            idx = route(*self.pooled_qk(xp, p), grid, k_top, self.two_level_above)
-            tokens = region_token_ids(b, hp, wp, p, q.device)  # (B*N, P)
-            rows = tiered_attention(
-                token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_map.flatten(1).long(),
-                self.heads, stats=stats,
+            out = routed_attention(
+                q, k, v, self.pooled_qk(xp, p), k_map.flatten(1).long(), self.heads, p,
+                self.two_level_above, stats,
             )
-            out = from_token_rows(rows, b, hp, wp)
         if aux is not None:
             aux.setdefault("gathered_regions", []).append(stats["gathered"])
         return out, k_map

@@ -191,6 +191,24 @@ def tiered_attention(
     return out
 
 
+def routed_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, means: tuple[torch.Tensor, torch.Tensor],
+    k_int: torch.Tensor, heads: int, p: int, two_level_above: int | None, stats: dict | None = None,
+) -> torch.Tensor:
+    """Inference path of ``topk`` and ``adaptive``: route, then tiered attention from token rows.
+
+    q, k, v: (B, C, H, W) with H and W multiples of p (channels-last avoids a copy); means: the
+    (B, N, C) region means of q and k; k_int: (B, N) integer k per query region, at least one > 0.
+    Returns (B, C, H, W), channels-last.
+    """
+    b, _, h, w = q.shape
+    idx = route(*means, (h // p, w // p), int(k_int.max()), two_level_above)  # (B, N, k), best first
+    tokens = region_token_ids(b, h, w, p, q.device)  # (B*N, P)
+    rows = tiered_attention(token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_int, heads,
+                            stats=stats)
+    return from_token_rows(rows, b, h, w)
+
+
 def gather_regions(t: torch.Tensor, batch_index: torch.Tensor, region_index: torch.Tensor) -> torch.Tensor:
     """t: (B, N, P, C); batch_index broadcastable to region_index (..., k) -> (..., k, P, C)."""
     return t[batch_index, region_index]

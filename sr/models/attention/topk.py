@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import torch
+
 from .common import AttentionBranch, pad_to_multiple
-from .routing import from_token_rows, region_token_ids, route, tiered_attention, token_rows
+from .routing import routed_attention
 
 
 class TopkAttention(AttentionBranch):
@@ -18,11 +20,7 @@ class TopkAttention(AttentionBranch):
         b, c, h, w = q.shape
         p = self.region
         q, k, v, xp = (pad_to_multiple(t, p)[0] for t in (q, k, v, x))
-        hp, wp = q.shape[-2:]
-        grid = (hp // p, wp // p)
-        kk = min(self.k, grid[0] * grid[1])
-        idx = route(*self.pooled_qk(xp, p), grid, kk, self.two_level_above)  # (B, N, k), best first
-        k_int = idx.new_full(idx.shape[:2], kk)  # one tier: every region
-        tokens = region_token_ids(b, hp, wp, p, q.device)
-        rows = tiered_attention(token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_int, self.heads)
-        return from_token_rows(rows, b, hp, wp)[:, :, :h, :w]
+        n = (q.shape[-2] // p) * (q.shape[-1] // p)
+        k_int = torch.full((b, n), min(self.k, n), dtype=torch.long, device=q.device)  # one tier
+        out = routed_attention(q, k, v, self.pooled_qk(xp, p), k_int, self.heads, p, self.two_level_above)
+        return out[:, :, :h, :w]
