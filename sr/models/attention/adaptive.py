@@ -123,11 +123,12 @@ class AdaptiveSparseAttention(AttentionBranch):
         n = (q.shape[-2] // p) * (q.shape[-1] // p)
         k_map = (self.allocate(xp, n) + 0.5).floor()  # hard integer budgets, (B, 1, Hr, Wr)
         stats: dict = {"gathered": 0}
-        if int(k_map.max()) == 0:  # every region skips attention
+        k_max = int(k_map.max())
+        if k_max == 0:  # every region skips attention
             out = q.new_zeros(q.shape)
         else:
             out = routed_attention(
-                q, k, v, self.pooled_qk(xp, p), k_map.flatten(1).long(), self.heads, p,
+                q, k, v, self.pooled_qk(xp, p), k_map.flatten(1).long(), k_max, self.heads, p,
                 self.two_level_above, stats,
             )
         if aux is not None:

@@ -193,16 +193,18 @@ def tiered_attention(
 
 def routed_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, means: tuple[torch.Tensor, torch.Tensor],
-    k_int: torch.Tensor, heads: int, p: int, two_level_above: int | None, stats: dict | None = None,
+    k_int: torch.Tensor, k_max: int, heads: int, p: int, two_level_above: int | None,
+    stats: dict | None = None,
 ) -> torch.Tensor:
     """Inference path of ``topk`` and ``adaptive``: route, then tiered attention from token rows.
 
     q, k, v: (B, C, H, W) with H and W multiples of p (channels-last avoids a copy); means: the
-    (B, N, C) region means of q and k; k_int: (B, N) integer k per query region, at least one > 0.
+    (B, N, C) region means of q and k; k_int: (B, N) integer k per query region; k_max: its
+    maximum, > 0 (passed in: the caller has read it, and a second read is a second host sync on CUDA).
     Returns (B, C, H, W), channels-last.
     """
     b, _, h, w = q.shape
-    idx = route(*means, (h // p, w // p), int(k_int.max()), two_level_above)  # (B, N, k), best first
+    idx = route(*means, (h // p, w // p), k_max, two_level_above)  # (B, N, k), best first
     tokens = region_token_ids(b, h, w, p, q.device)  # (B*N, P)
     rows = tiered_attention(token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_int, heads,
                             stats=stats)

@@ -21,6 +21,8 @@ class TopkAttention(AttentionBranch):
         p = self.region
         q, k, v, xp = (pad_to_multiple(t, p)[0] for t in (q, k, v, x))
         n = (q.shape[-2] // p) * (q.shape[-1] // p)
-        k_int = torch.full((b, n), min(self.k, n), dtype=torch.long, device=q.device)  # one tier
-        out = routed_attention(q, k, v, self.pooled_qk(xp, p), k_int, self.heads, p, self.two_level_above)
+        k_top = min(self.k, n)
+        k_int = torch.full((b, n), k_top, dtype=torch.long, device=q.device)  # one tier
+        means = self.pooled_qk(xp, p)
+        out = routed_attention(q, k, v, means, k_int, k_top, self.heads, p, self.two_level_above)
         return out[:, :, :h, :w]
