@@ -193,6 +193,8 @@ class Trainer:
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not (self.is_main and sys.stderr.isatty()))
         t_last, loss_sum, budget_sum, n = time.time(), 0.0, 0.0, 0
+        deadline = time.time() + cfg.time_limit * 60 if cfg.time_limit > 0 else None
+        timed_out = False
         try:
             for lr_img, hr_img in loader:
                 lr_now = lr_at(self.step, cfg)
@@ -231,6 +233,11 @@ class Trainer:
                     t_last = time.time()  # validation time is not training time
                 if self.step % cfg.ckpt_every == 0:
                     self.save()
+                if deadline is not None and time.time() >= deadline:
+                    timed_out = True
+                    if self.step % cfg.val_every != 0:  # best.pt must not miss the last steps
+                        self._validate()
+                    break
                 if self.stop_requested or self.step == stop_at:
                     break
             self.save()
@@ -240,8 +247,10 @@ class Trainer:
                 signal.signal(s, h)
             if self.world > 1:
                 dist.destroy_process_group()
-        if self.stop_requested and self.is_main:
-            print(f"stopped at step {self.step}; checkpoint in {self.run_dir / 'last.pt'}", file=sys.stderr)
+        if (self.stop_requested or timed_out) and self.is_main:
+            why = f"time limit of {cfg.time_limit:g} min reached: " if timed_out else ""
+            where = self.run_dir / "last.pt"
+            print(f"{why}stopped at step {self.step}; checkpoint in {where}", file=sys.stderr)
         return self.best
 
     def _validate(self) -> None:

@@ -109,6 +109,20 @@ def test_sigterm_writes_checkpoint_and_exits(tmp_path):
     assert ckpt["step"] >= 2
 
 
+def test_time_limit_stops_with_checkpoint_and_validation_then_resumes(tmp_path, capsys):
+    trainer = Trainer(_cfg(tmp_path, steps=40, val_every=20, time_limit=1e-6))  # 60 microseconds
+    trainer.fit()
+    assert "time limit of 1e-06 min reached: stopped at step 1" in capsys.readouterr().err
+    run_dir = trainer.run_dir
+    assert torch.load(run_dir / "last.pt", weights_only=False)["step"] == 1
+    assert [r["step"] for r in _log(run_dir) if r.get("event") == "val"] == [1]  # validated on stopping
+    assert torch.load(run_dir / "best.pt", weights_only=False)["step"] == 1
+    resumed = Trainer(_cfg(tmp_path, steps=40, val_every=20, time_limit=0.0), resume=True)
+    resumed.fit()
+    assert resumed.step == 40
+    assert [r["step"] for r in _log(run_dir) if r.get("event") == "val"] == [1, 20, 40]
+
+
 def test_fresh_run_refuses_a_folder_holding_another_run(tmp_path):
     cfg = _cfg(tmp_path, steps=2, val=[])
     Trainer(cfg).fit()
