@@ -33,7 +33,7 @@ class TrainConfig:
     budget_weight: float = 0.01
     val_every: int = 1000
     ckpt_every: int = 250
-    time_limit: float = 0.0  # minutes of training per start or --resume, then checkpoint and stop; 0 = none
+    time_limit: float = 0.0  # wall-clock minutes per start or --resume, then checkpoint and stop; 0 = none
     log_every: int = 25
     seed: int = 0
     workers: int = 0

@@ -233,8 +233,8 @@ class Trainer:
                     t_last = time.time()  # validation time is not training time
                 if self.step % cfg.ckpt_every == 0:
                     self.save()
-                if deadline is not None and time.time() >= deadline:
-                    timed_out = True
+                timed_out = self._agree_to_stop(deadline)
+                if timed_out:
                     if self.step % cfg.val_every != 0:  # best.pt must not miss the last steps
                         self._validate()
                     break
@@ -252,6 +252,20 @@ class Trainer:
             where = self.run_dir / "last.pt"
             print(f"{why}stopped at step {self.step}; checkpoint in {where}", file=sys.stderr)
         return self.best
+
+    def _agree_to_stop(self, deadline: float | None) -> bool:
+        """Whether the time limit has passed; also settles ``stop_requested`` across DDP ranks.
+
+        Ranks see the clock and signals at different steps; one leaving the loop alone would leave
+        the others waiting in the next gradient all-reduce, so under DDP a stop on any rank is a stop
+        on all (one tiny all-reduce per step, beside the gradients' own).
+        """
+        timed_out = deadline is not None and time.time() >= deadline
+        if self.world > 1:
+            flags = torch.tensor([float(timed_out), float(self.stop_requested)], device=self.device)
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+            timed_out, self.stop_requested = bool(flags[0]), bool(flags[1])
+        return timed_out
 
     def _validate(self) -> None:
         if not (self.is_main and self.cfg.val):

@@ -172,13 +172,22 @@ def test_bad_config_is_a_clear_error(tmp_path):
 def test_ddp_two_processes_on_cpu(tmp_path):
     cfg = _cfg(tmp_path, steps=6, val=[])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    port = free_port()  # a free loopback port for the rendezvous
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={port}",
-           "-m", "sr", "train", "--name", "ddp", "--preset", "asa-small", "--patch", "16", "--batch", "2",
-           "--steps", "6", "--train", *cfg.train, "--val", "--out", cfg.out, "--cache", cfg.cache,
-           "--log-every", "2", "--threads", "1"]
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+
+    def torchrun(name: str, *extra: str) -> subprocess.CompletedProcess:
+        port = free_port()  # a free loopback port for the rendezvous
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+               f"--master_port={port}",
+               "-m", "sr", "train", "--name", name, "--preset", "asa-small", "--patch", "16", "--batch", "2",
+               "--steps", "6", "--train", *cfg.train, "--val", "--out", cfg.out, "--cache", cfg.cache,
+               "--log-every", "2", "--threads", "1", *extra]
+        return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+
+    r = torchrun("ddp")
     assert r.returncode == 0, r.stderr[-2000:]
     log = _log(Path(cfg.out) / "ddp")
     assert log[0]["world"] == 2 and [x["step"] for x in log if "loss" in x] == [2, 4, 6]
+    # a time limit under DDP: the ranks agree to stop at one step (else the run would hang)
+    timed = torchrun("ddp-timed", "--time-limit", "1e-6")
+    assert timed.returncode == 0, timed.stderr[-2000:]
+    assert "time limit of 1e-06 min reached: stopped at step 1" in timed.stderr
+    assert torch.load(Path(cfg.out) / "ddp-timed" / "last.pt", weights_only=False)["step"] == 1
