@@ -27,6 +27,7 @@ class TrainConfig:
     lr: float = 1e-3
     min_lr: float = 1e-6
     warmup: int = 300
+    cycle_start: int = 0  # step where warm-up + cosine begin; a resumed run's step = warm restart (SGDR)
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     ema_decay: float = 0.999

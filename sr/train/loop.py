@@ -30,9 +30,12 @@ from .config import TrainConfig
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up then cosine to ``min_lr`` at ``steps``, both counted from ``cycle_start``."""
+    step = max(0, step - cfg.cycle_start)
+    span = cfg.steps - cfg.cycle_start
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
-    t = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    t = min(1.0, (step - cfg.warmup) / max(1, span - cfg.warmup))
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * t))
 
 
@@ -81,6 +84,8 @@ def validate(model: SRNet, cfg: TrainConfig, device: torch.device) -> dict[str, 
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
+        if not 0 <= cfg.cycle_start < cfg.steps:
+            raise ValueError(f"--cycle-start {cfg.cycle_start} must lie in [0, --steps {cfg.steps})")
         self.cfg = cfg
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))

@@ -63,6 +63,17 @@ def test_lr_schedule_warms_up_then_decays():
     assert lr_at(110, cfg) == pytest.approx(1e-6)
 
 
+def test_cycle_start_restarts_the_schedule_there():
+    # a resumed run restarted at step 100: warm-up and cosine again, now ending at 210
+    cfg = load_config(None, lr=1e-3, min_lr=1e-6, warmup=10, steps=210, cycle_start=100)
+    assert lr_at(100, cfg) == pytest.approx(1e-4)
+    assert lr_at(109, cfg) == pytest.approx(1e-3)
+    assert lr_at(160, cfg) == pytest.approx((1e-3 + 1e-6) / 2, rel=1e-6)
+    assert lr_at(210, cfg) == pytest.approx(1e-6)
+    with pytest.raises(ValueError, match="cycle-start"):
+        Trainer(load_config(None, steps=100, cycle_start=100))
+
+
 def test_loss_falls_and_validation_logged(tmp_path):
     cfg = _cfg(tmp_path)
     best = Trainer(cfg).fit()
