@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - any unreadable checkpoint is a user-facing error here
         raise CLIError(f"{path}: not a usable training checkpoint ({e})") from None
     best = ckpt.get("best") or {}
+    # cite only a validation of the exported weights themselves: last.pt's step is often not the best step
+    validated = next((v for v in (best, ckpt.get("last_val") or {}) if v.get("step") == ckpt["step"]), {})
     out = save_weights(
         model, args.output,
         preset=cfg["preset"], attention=model.cfg.attention, name=cfg["name"],
@@ -43,8 +45,12 @@ def run(args: argparse.Namespace) -> int:
         batch=str(cfg["batch"]), patch=str(cfg["patch"]),
         train_seconds=f"{ckpt.get('elapsed', 0.0):.0f}",
         hardware=args.hardware or f"{platform.machine()} CPU x{torch.get_num_threads()}",
-        validation=json.dumps(best.get("results", {})),
+        validation=json.dumps(validated.get("results", {})),
         best_step=str(best.get("step", ckpt["step"])),
     )
-    print(f"wrote {out} (step {ckpt['step']}, best {best.get('psnr', float('nan')):.3f} dB)")
+    if validated:
+        scores = ", ".join(f"{k} {v['psnr']:.3f} dB" for k, v in validated["results"].items())
+        print(f"wrote {out} (step {ckpt['step']}: {scores})")
+    else:
+        print(f"wrote {out} (step {ckpt['step']}, not validated at that step: no validation in the metadata)")
     return 0

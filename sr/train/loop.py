@@ -115,6 +115,7 @@ class Trainer:
         )
         self.step = 0
         self.best: dict = {}
+        self.last_val: dict = {}  # latest validation {"step", "results"}: an export of last.pt cites it
         self.elapsed = 0.0  # training seconds over all sessions (for the model card)
         if resume:
             self._load(self.run_dir / "last.pt")
@@ -152,6 +153,7 @@ class Trainer:
             "opt": self.opt.state_dict(),
             "step": self.step,
             "best": self.best,
+            "last_val": self.last_val,
             "elapsed": self.elapsed,
             "torch_rng": torch.get_rng_state(),
         }
@@ -169,6 +171,7 @@ class Trainer:
         self.ema.load_state_dict(ckpt["ema"])
         self.opt.load_state_dict(ckpt["opt"])
         self.step, self.best, self.elapsed = ckpt["step"], ckpt["best"], ckpt.get("elapsed", 0.0)
+        self.last_val = ckpt.get("last_val", {})
         torch.set_rng_state(ckpt["torch_rng"])
 
     def _on_signal(self, signum, frame) -> None:
@@ -283,6 +286,7 @@ class Trainer:
         for k, v in results.items():
             rec[f"{k}_psnr"], rec[f"{k}_ssim"] = v["psnr"], v["ssim"]
         self.log_line(rec)
+        self.last_val = {"step": self.step, "results": results}
         if first["psnr"] > self.best.get("psnr", -1.0):
             self.best = {"psnr": first["psnr"], "step": self.step, "results": results}
             if self.is_main:

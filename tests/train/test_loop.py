@@ -153,18 +153,34 @@ def test_init_from_other_scale_copies_matching_tensors(tmp_path):
     assert t3.model.state_dict()["upsample.weight"].shape[0] == 27  # fresh x3 upsampler
 
 
+def _export(ckpt: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sr", "export", str(ckpt), "-o", str(out)],
+                          cwd=REPO, capture_output=True, text=True)
+
+
 def test_export_writes_metadata_and_loads(tmp_path):
-    cfg = _cfg(tmp_path, steps=20)
-    Trainer(cfg).fit()
+    cfg = _cfg(tmp_path, steps=20, val_every=5)
+    Trainer(cfg).fit(stop_at=12)  # last.pt at step 12; the latest validation was at step 10
     out = tmp_path / "w.safetensors"
-    r = subprocess.run([sys.executable, "-m", "sr", "export", str(cfg.run_dir / "best.pt"), "-o", str(out)],
-                       cwd=REPO, capture_output=True, text=True)
+    r = _export(cfg.run_dir / "last.pt", out)
     assert r.returncode == 0, r.stderr
-    model, meta = load_weights(out)
-    assert meta["preset"] == "asa-small" and meta["scale"] == "2" and int(meta["steps"]) == 20
-    assert "psnr" in json.loads(meta["validation"])[Path(cfg.val[0]).name]
-    bad = subprocess.run([sys.executable, "-m", "sr", "export", str(tmp_path / "nope.pt"), "-o", str(out)],
-                         cwd=REPO, capture_output=True, text=True)
+    assert "not validated at that step" in r.stdout
+    _, meta = load_weights(out)
+    assert int(meta["steps"]) == 12 and json.loads(meta["validation"]) == {}  # never the best step's scores
+
+    Trainer(cfg, resume=True).fit()  # to step 20, validated there
+    val = [rec for rec in _log(cfg.run_dir) if rec.get("event") == "val"]
+    assert [rec["step"] for rec in val] == [5, 10, 15, 20]
+    for ckpt in ("last.pt", "best.pt"):
+        r = _export(cfg.run_dir / ckpt, out)
+        assert r.returncode == 0, r.stderr
+        model, meta = load_weights(out)
+        assert meta["preset"] == "asa-small" and meta["scale"] == "2"
+        rec = next(rec for rec in val if rec["step"] == int(meta["steps"]))
+        scores = json.loads(meta["validation"])[Path(cfg.val[0]).name]
+        assert scores["psnr"] == pytest.approx(rec["val_psnr"])  # the exported step's own validation
+    assert int(meta["best_step"]) == int(meta["steps"])
+    bad = _export(tmp_path / "nope.pt", out)
     assert bad.returncode != 0 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr
 
 
