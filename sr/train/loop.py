@@ -243,7 +243,7 @@ class Trainer:
                     self.save()
                 timed_out = self._agree_to_stop(deadline)
                 if timed_out:
-                    if self.step % cfg.val_every != 0:  # best.pt must not miss the last steps
+                    if self.last_val.get("step") != self.step:  # best.pt must not miss the last steps
                         self._validate()
                     break
                 if self.stop_requested or self.step == stop_at:

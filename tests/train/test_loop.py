@@ -134,6 +134,13 @@ def test_time_limit_stops_with_checkpoint_and_validation_then_resumes(tmp_path, 
     assert [r["step"] for r in _log(run_dir) if r.get("event") == "val"] == [1, 20, 40]
 
 
+def test_time_limit_on_the_last_step_validates_once(tmp_path):
+    # the last step is validated by the schedule itself; the time-limit stop must not do it again
+    trainer = Trainer(_cfg(tmp_path, steps=1, val_every=20, time_limit=1e-6))
+    trainer.fit()
+    assert [r["step"] for r in _log(trainer.run_dir) if r.get("event") == "val"] == [1]
+
+
 def test_fresh_run_refuses_a_folder_holding_another_run(tmp_path):
     cfg = _cfg(tmp_path, steps=2, val=[])
     Trainer(cfg).fit()
