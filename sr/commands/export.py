@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"{path}: not a usable training checkpoint ({e})") from None
     best = ckpt.get("best") or {}
     # cite only a validation of the exported weights themselves: last.pt's step is often not the best step
+    # (best is checked too because checkpoints written before last_val existed only carry best)
     validated = next((v for v in (best, ckpt.get("last_val") or {}) if v.get("step") == ckpt["step"]), {})
     out = save_weights(
         model, args.output,
