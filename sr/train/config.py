@@ -32,6 +32,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     ema_decay: float = 0.999
     budget_weight: float = 0.01
+    loss: str = "l1"  # pixel loss: l1 | mse (a short low-lr mse fine-tune after l1 targets PSNR directly)
     val_every: int = 1000
     ckpt_every: int = 250
     time_limit: float = 0.0  # wall-clock minutes per start or --resume, then checkpoint and stop; 0 = none

@@ -1,4 +1,4 @@
-"""The training loop: L1 + budget loss, AdamW, warm-up + cosine, clipping, EMA, validation, checkpoints.
+"""The training loop: L1/MSE + budget loss, AdamW, warm-up + cosine, clipping, EMA, validation, checkpoints.
 
 Runs on one CPU, one GPU, or K processes under ``torchrun`` (DDP; gloo on CPU, nccl on CUDA). Only
 rank 0 validates, logs and writes checkpoints. SIGINT/SIGTERM finish the current step, write a
@@ -27,6 +27,8 @@ from ..evaluation import evaluate_folder, model_upscaler
 from ..inference.devices import resolve_device
 from ..models import SRNet, build_config, count_params
 from .config import TrainConfig
+
+PIXEL_LOSSES = {"l1": F.l1_loss, "mse": F.mse_loss}
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -86,7 +88,10 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
         if not 0 <= cfg.cycle_start < cfg.steps:
             raise ValueError(f"--cycle-start {cfg.cycle_start} must lie in [0, --steps {cfg.steps})")
+        if cfg.loss not in PIXEL_LOSSES:
+            raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(PIXEL_LOSSES)}")
         self.cfg = cfg
+        self.pixel_loss = PIXEL_LOSSES[cfg.loss]
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.device = resolve_device(cfg.device)
@@ -194,8 +199,8 @@ class Trainer:
             (self.run_dir / "config.json").write_text(self.cfg.to_json())
             self.log_line({
                 "event": "start", "step": self.step, "images": len(pairs), "skipped_small": skipped,
-                "params": count_params(self.model), "device": str(self.device), "world": self.world,
-                "threads": torch.get_num_threads(), "amp": self.autocast["enabled"],
+                "params": count_params(self.model), "pixel_loss": cfg.loss, "device": str(self.device),
+                "world": self.world, "threads": torch.get_num_threads(), "amp": self.autocast["enabled"],
                 "host": platform.processor() or platform.machine(),
             })
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -212,8 +217,8 @@ class Trainer:
                 aux: dict = {}
                 with torch.autocast(**self.autocast):
                     out = self.net(lr_img, aux)
-                l1 = F.l1_loss(out.float(), hr_img)
-                loss = l1 + cfg.budget_weight * aux.get("budget_loss", 0.0)
+                pixel = self.pixel_loss(out.float(), hr_img)
+                loss = pixel + cfg.budget_weight * aux.get("budget_loss", 0.0)
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.grad_clip > 0:
@@ -221,7 +226,7 @@ class Trainer:
                 self.opt.step()
                 self.step += 1
                 ema_update(self.ema, self.model, min(cfg.ema_decay, (1 + self.step) / (10 + self.step)))
-                loss_sum += l1.item()
+                loss_sum += pixel.item()
                 maps = aux.get("budget_maps")
                 budget_sum += float(torch.stack([m.detach().mean() for m in maps]).mean()) if maps else 0.0
                 n += 1

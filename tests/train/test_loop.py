@@ -87,6 +87,20 @@ def test_loss_falls_and_validation_logged(tmp_path):
     assert all(0 <= r["budget_mean"] <= 8 for r in log if "budget_mean" in r)
 
 
+def test_mse_loss_is_what_trains_and_is_logged(tmp_path):
+    # lr 0: both runs see the same weights and batches, so only the pixel loss differs
+    frozen = dict(steps=5, lr=0.0, min_lr=0.0, warmup=1, log_every=5, val=[])
+    Trainer(_cfg(tmp_path / "l1", **frozen)).fit()
+    Trainer(_cfg(tmp_path / "mse", loss="mse", **frozen)).fit()
+    (l1,) = [r["loss"] for r in _log(tmp_path / "l1" / "runs" / "tiny") if "loss" in r]
+    log = _log(tmp_path / "mse" / "runs" / "tiny")
+    (mse,) = [r["loss"] for r in log if "loss" in r]
+    assert log[0]["pixel_loss"] == "mse"
+    assert l1**2 <= mse < 0.5 * l1  # Jensen below; errors well under 1 above
+    with pytest.raises(ValueError, match="--loss 'huber' is not one of: l1, mse"):
+        Trainer(_cfg(tmp_path / "bad", loss="huber"))
+
+
 def test_resume_continues_exactly(tmp_path):
     straight = _cfg(tmp_path / "a", steps=20, val=[])
     Trainer(straight).fit()
