@@ -90,10 +90,11 @@ def test_loss_falls_and_validation_logged(tmp_path):
 def test_mse_loss_is_what_trains_and_is_logged(tmp_path):
     # lr 0: both runs see the same weights and batches, so only the pixel loss differs
     frozen = dict(steps=5, lr=0.0, min_lr=0.0, warmup=1, log_every=5, val=[])
-    Trainer(_cfg(tmp_path / "l1", **frozen)).fit()
-    Trainer(_cfg(tmp_path / "mse", loss="mse", **frozen)).fit()
-    (l1,) = [r["loss"] for r in _log(tmp_path / "l1" / "runs" / "tiny") if "loss" in r]
-    log = _log(tmp_path / "mse" / "runs" / "tiny")
+    l1_cfg, mse_cfg = _cfg(tmp_path / "l1", **frozen), _cfg(tmp_path / "mse", loss="mse", **frozen)
+    Trainer(l1_cfg).fit()
+    Trainer(mse_cfg).fit()
+    (l1,) = [r["loss"] for r in _log(l1_cfg.run_dir) if "loss" in r]
+    log = _log(mse_cfg.run_dir)
     (mse,) = [r["loss"] for r in log if "loss" in r]
     assert log[0]["pixel_loss"] == "mse"
     assert l1**2 <= mse < 0.5 * l1  # Jensen below; errors well under 1 above
