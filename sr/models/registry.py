@@ -13,6 +13,9 @@ ASA = {"region": 4, "k_min": 0, "k_max": 8, "budget": 4.0, "stride": 2, "detail_
 PRESETS: dict[str, dict] = {
     "asa-small": dict(channels=40, blocks=6, attn_every=3, heads=2, attention="adaptive", attn_options=ASA),
     "asa-base": dict(channels=48, blocks=7, attn_every=3, heads=3, attention="adaptive", attn_options=ASA),
+    # asa-base grown deeper (same width, blocks 8-10 and a third attention block appended): a
+    # trained asa-base checkpoint initialises it exactly (`sr train --init`, new layers start as identity).
+    "asa-deep": dict(channels=48, blocks=10, attn_every=3, heads=3, attention="adaptive", attn_options=ASA),
     "asa-medium": dict(channels=64, blocks=8, attn_every=4, heads=4, attention="adaptive", attn_options=ASA),
 }
 DEFAULT_PRESET = "asa-base"

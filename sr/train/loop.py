@@ -48,7 +48,11 @@ def atomic_save(obj, path: Path) -> None:
 
 
 def load_init(model: SRNet, path: str) -> list[str]:
-    """Copy every tensor whose name and shape match (e.g. x2 weights into an x3 model)."""
+    """Copy every tensor whose name and shape match (e.g. x2 weights into an x3 model).
+
+    Body layers the checkpoint lacks entirely (a deeper preset grown from a shallower one) start as
+    identity, their residual output zeroed, so the grown network computes what the loaded one did.
+    """
     if path.endswith(".safetensors"):
         from safetensors.torch import load_file
 
@@ -58,9 +62,24 @@ def load_init(model: SRNet, path: str) -> list[str]:
         state = ckpt.get("ema", ckpt.get("model", ckpt))
     own = model.state_dict()
     taken = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    if not taken:
+        raise ValueError(f"--init {path} shares no tensor (name and shape) with the model being trained")
     own.update(taken)
     model.load_state_dict(own)
-    return sorted(set(own) - set(taken))
+    fresh = sorted(set(own) - set(taken))
+    for i, layer in enumerate(model.body):
+        names = [f"body.{i}.{k}" for k in layer.state_dict()]
+        if all(n in fresh for n in names):
+            start_as_identity(layer)
+    return fresh
+
+
+@torch.no_grad()
+def start_as_identity(layer: torch.nn.Module) -> None:
+    """Zero a residual layer's last projection so that ``x + branch(x)`` returns ``x``."""
+    last = layer.proj if hasattr(layer, "attend") else layer.conv2
+    last.weight.zero_()
+    last.bias.zero_()
 
 
 @torch.no_grad()

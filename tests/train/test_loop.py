@@ -16,6 +16,7 @@ import torch
 from PIL import Image
 
 from sr.bench.serve import free_port
+from sr.models import build_model
 from sr.train.config import load_config
 from sr.train.loop import Trainer, lr_at
 from sr.weights import load_weights
@@ -173,6 +174,33 @@ def test_init_from_other_scale_copies_matching_tensors(tmp_path):
     src = torch.load(cfg2.run_dir / "last.pt", weights_only=False)["ema"]
     torch.testing.assert_close(t3.model.state_dict()["head.weight"], src["head.weight"])
     assert t3.model.state_dict()["upsample.weight"].shape[0] == 27  # fresh x3 upsampler
+
+
+def test_init_grows_a_deeper_preset_that_starts_as_the_loaded_network(tmp_path):
+    base = _cfg(tmp_path / "base", preset="asa-base", steps=3, val=[])
+    Trainer(base).fit()
+    deep = _cfg(tmp_path / "deep", preset="asa-deep", steps=3, val=[], init=str(base.run_dir / "last.pt"))
+    t = Trainer(deep)
+    grown = {"body.9.", "body.10.", "body.11.", "body.12."}  # res blocks 8-10 and the third attention
+    init = _log(deep.run_dir)[0]
+    assert {k[: k.index(".", 5) + 1] for k in init["fresh_tensors"]} == grown
+    src = build_model("asa-base-x2").eval()
+    src.load_state_dict(torch.load(base.run_dir / "last.pt", weights_only=False)["ema"])
+    x = torch.rand(1, 3, 20, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(t.model.eval()(x), src(x), rtol=0, atol=0)
+    assert t.model.body[9].conv2.weight.abs().sum() == 0 and t.model.body[11].proj.weight.abs().sum() == 0
+    assert t.model.body[9].conv1.weight.abs().sum() > 0  # only the residual output starts at zero
+    t.model.train()
+    t.fit()
+    assert t.model.body[9].conv2.weight.abs().sum() > 0  # the grown blocks train
+
+
+def test_init_refuses_a_checkpoint_sharing_no_tensor(tmp_path):
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"ema": {"other.weight": torch.zeros(3)}}, foreign)
+    with pytest.raises(ValueError, match="shares no tensor"):
+        Trainer(_cfg(tmp_path, steps=2, val=[], init=str(foreign)))
 
 
 def _export(ckpt: Path, out: Path) -> subprocess.CompletedProcess:
