@@ -20,6 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
         if name in ("train", "val"):
             p.add_argument(flag, nargs="*", default=None, help=f"folders (default: {default}; empty = none)")
+        elif name == "rescale":
+            p.add_argument(flag, nargs="*", type=float, default=None, metavar="FACTOR",
+                           help="also train on each HR image downscaled by these factors in (0, 1), "
+                                "e.g. 0.9 0.8 0.7 0.6 (default: none)")
         else:
             kind = {int: int, float: float}.get(type(default), str)
             p.add_argument(flag, type=kind, default=None, help=f"(default: {default})")

@@ -1,5 +1,5 @@
 """Training data: HR folders -> cached bicubic LR -> random aligned, augmented patches."""
 
-from .patches import PatchDataset, PatchSampler, build_pairs
+from .patches import PatchDataset, PatchSampler, build_pairs, check_rescale
 
-__all__ = ["PatchDataset", "PatchSampler", "build_pairs"]
+__all__ = ["PatchDataset", "PatchSampler", "build_pairs", "check_rescale"]

@@ -12,7 +12,8 @@ import hashlib
 import logging
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -37,39 +38,65 @@ def find_images(folders: Sequence[str | Path]) -> list[Path]:
     return paths
 
 
-def _cache_key(path: Path, scale: int) -> str:
+def _cache_key(path: Path, tag: str) -> str:
     st = path.stat()
-    return hashlib.sha1(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|x{scale}".encode()).hexdigest()[:20]
+    return hashlib.sha1(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{tag}".encode()).hexdigest()[:20]
+
+
+def _cached(cache: Path | None, key: str, make: Callable[[], np.ndarray]) -> np.ndarray:
+    """``make()``, or its result from ``cache/<key>.npy`` (written atomically on a miss)."""
+    if cache is None:
+        return make()
+    f = cache / f"{key}.npy"
+    if f.is_file():
+        return np.load(f)
+    arr = make()
+    # a private temp name: several runs may fill the same cache at once
+    tmp = f.with_name(f"{f.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.npy")
+    np.save(tmp, arr)
+    tmp.replace(f)
+    return arr
+
+
+def check_rescale(factors: Sequence[float]) -> tuple[float, ...]:
+    bad = [f for f in factors if not 0 < f < 1]
+    if bad:
+        raise ValueError(f"--rescale factors must lie in (0, 1), got {', '.join(map(str, bad))}")
+    return tuple(dict.fromkeys(float(f) for f in factors))
 
 
 def build_pairs(
-    folders: Sequence[str | Path], scale: int, lr_patch: int, cache_dir: str | Path | None = None
+    folders: Sequence[str | Path],
+    scale: int,
+    lr_patch: int,
+    cache_dir: str | Path | None = None,
+    rescale: Sequence[float] = (),
 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
-    """Load HR images (RGB uint8), modcrop, make/cached LR. Returns (pairs, number skipped as too small)."""
+    """Load HR images (RGB uint8), modcrop, make/cached LR. Returns (pairs, number skipped as too small).
+
+    Each factor in ``rescale`` adds a bicubic-downscaled copy of every HR image as one more training
+    image (scale augmentation, as FSRCNN used on its small training set): more distinct patches, and
+    copies whose JPEG noise and softness shrink with them.
+    """
+    factors = check_rescale(rescale)
     pairs, skipped = [], 0
     cache = Path(cache_dir) if cache_dir else None
     if cache:
         cache.mkdir(parents=True, exist_ok=True)
     for path in find_images(folders):
         with Image.open(path) as im:
-            hr = modcrop(np.asarray(im.convert("RGB")), scale)
-        if min(hr.shape[:2]) < lr_patch * scale:
-            skipped += 1
-            continue
-        lr = None
-        if cache:
-            f = cache / f"{_cache_key(path, scale)}.npy"
-            if f.is_file():
-                lr = np.load(f)
+            full = np.asarray(im.convert("RGB"))
+        for f in (1.0, *factors):
+            if f == 1.0:
+                hr, tag = modcrop(full, scale), f"x{scale}"  # the plain copy keeps its pre-rescale key
             else:
-                lr = imresize(hr, 1 / scale)
-                # a private temp name: several runs may fill the same cache at once
-                tmp = f.with_name(f"{f.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.npy")
-                np.save(tmp, lr)
-                tmp.replace(f)
-        else:
-            lr = imresize(hr, 1 / scale)
-        pairs.append((np.ascontiguousarray(hr), np.ascontiguousarray(lr)))
+                hr = modcrop(_cached(cache, _cache_key(path, f"r{f:g}"), partial(imresize, full, f)), scale)
+                tag = f"x{scale}r{f:g}"
+            if min(hr.shape[:2]) < lr_patch * scale:
+                skipped += 1
+                continue
+            lr = _cached(cache, _cache_key(path, tag), partial(imresize, hr, 1 / scale))
+            pairs.append((np.ascontiguousarray(hr), np.ascontiguousarray(lr)))
     if not pairs:
         raise ValueError(f"every training image is smaller than the HR patch ({lr_patch * scale} px)")
     return pairs, skipped

@@ -22,6 +22,7 @@ class TrainConfig:
     train: list[str] = field(default_factory=lambda: ["../shared/datasets/train"])
     val: list[str] = field(default_factory=lambda: ["../shared/datasets/benchmark/Set5"])
     patch: int = 48  # LR patch side
+    rescale: list[float] = field(default_factory=list)  # extra HR copies downscaled by these factors
     batch: int = 16
     steps: int = 100_000
     lr: float = 1e-3

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..data import PatchDataset, PatchSampler, build_pairs
+from ..data import PatchDataset, PatchSampler, build_pairs, check_rescale
 from ..evaluation import evaluate_folder, model_upscaler
 from ..inference.devices import resolve_device
 from ..models import SRNet, build_config, count_params
@@ -107,6 +107,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
         if not 0 <= cfg.cycle_start < cfg.steps:
             raise ValueError(f"--cycle-start {cfg.cycle_start} must lie in [0, --steps {cfg.steps})")
+        check_rescale(cfg.rescale)
         if cfg.loss not in PIXEL_LOSSES:
             raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(PIXEL_LOSSES)}")
         self.cfg = cfg
@@ -205,7 +206,7 @@ class Trainer:
     def fit(self, stop_at: int | None = None) -> dict:
         """Train to ``cfg.steps`` (or pause at ``stop_at``, as an interrupted run would)."""
         cfg = self.cfg
-        pairs, skipped = build_pairs(cfg.train, cfg.scale, cfg.patch, cfg.cache)
+        pairs, skipped = build_pairs(cfg.train, cfg.scale, cfg.patch, cfg.cache, cfg.rescale)
         dataset = PatchDataset(pairs, cfg.scale, cfg.patch)
         sampler = PatchSampler(
             dataset.lr_sizes, cfg.patch, cfg.batch, cfg.steps, cfg.seed, start=self.step, rank=self.rank

@@ -62,6 +62,29 @@ def test_missing_or_too_small_data_is_a_clear_error(tmp_path):
         build_pairs([tmp_path / "small"], 2, 8)
 
 
+def test_rescale_adds_cached_downscaled_copies(tmp_path):
+    _save(tmp_path / "hr", "a.png", (60, 90))
+    full = np.asarray(Image.open(tmp_path / "hr" / "a.png"))
+    cache = tmp_path / "cache"
+    pairs, skipped = build_pairs([tmp_path / "hr"], 2, 8, cache, rescale=[0.5, 0.8, 0.1])
+    assert skipped == 1 and len(pairs) == 3  # x0.1 (6x9 px) is smaller than the 16 px HR patch
+    assert [hr.shape[:2] for hr, _ in pairs] == [(60, 90), (30, 44), (48, 72)]  # ceil, then modcrop
+    np.testing.assert_array_equal(pairs[1][0], imresize(full, 0.5)[:30, :44])
+    for hr, lr in pairs:
+        np.testing.assert_array_equal(lr, imresize(hr, 1 / 2))
+    # LR of the original; HR and LR of each kept copy; the too-small copy's HR only
+    assert len(list(cache.glob("*.npy"))) == 1 + 2 * 2 + 1
+    again, _ = build_pairs([tmp_path / "hr"], 2, 8, cache, rescale=[0.5, 0.8, 0.1])
+    for (hr, lr), (hr2, lr2) in zip(pairs, again, strict=True):
+        np.testing.assert_array_equal(hr, hr2)
+        np.testing.assert_array_equal(lr, lr2)
+    plain, _ = build_pairs([tmp_path / "hr"], 2, 8, cache)
+    assert len(plain) == 1
+    for bad in ([1.0], [0.0], [-0.5]):
+        with pytest.raises(ValueError, match="must lie in"):
+            build_pairs([tmp_path / "hr"], 2, 8, rescale=bad)
+
+
 def test_crops_stay_aligned_under_every_augmentation():
     rng = np.random.default_rng(0)
     lr = rng.integers(0, 256, (20, 20, 3), dtype=np.uint8)

@@ -88,6 +88,14 @@ def test_loss_falls_and_validation_logged(tmp_path):
     assert all(0 <= r["budget_mean"] <= 8 for r in log if "budget_mean" in r)
 
 
+def test_rescale_trains_on_the_downscaled_copies_too(tmp_path):
+    cfg = _cfg(tmp_path, steps=2, val=[], rescale=[0.75])
+    Trainer(cfg).fit()
+    start = next(r for r in _log(cfg.run_dir) if r.get("event") == "start")
+    assert start["images"] == 8  # 4 textures + their x0.75 copies
+    assert json.loads((cfg.run_dir / "config.json").read_text())["rescale"] == [0.75]
+
+
 def test_mse_loss_is_what_trains_and_is_logged(tmp_path):
     # lr 0: both runs see the same weights and batches, so only the pixel loss differs
     frozen = dict(steps=5, lr=0.0, min_lr=0.0, warmup=1, log_every=5, val=[])
@@ -243,6 +251,10 @@ def test_bad_config_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "sr", "train", "--train", str(tmp_path / "missing"),
                         "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "training folder not found" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "sr", "train", "--rescale", "0.8", "1.5",
+                        "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 2 and "--rescale factors must lie in (0, 1), got 1.5" in r.stderr
+    assert not (tmp_path / "asa-base-x2").exists()  # refused before anything was written
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed unavailable")
