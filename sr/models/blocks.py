@@ -55,5 +55,11 @@ class ResBlock(nn.Module):
         self.conv2 = nn.Conv2d(dim, dim, 3, padding=1)
         self.ca = make_channel_attention(channel_attention, dim)
 
+    @torch.no_grad()
+    def start_as_identity(self) -> None:
+        """Zero conv2 (the channel attention then scales zeros): the block returns its input."""
+        self.conv2.weight.zero_()
+        self.conv2.bias.zero_()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.ca(self.conv2(self.act(self.conv1(x))))

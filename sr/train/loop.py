@@ -66,20 +66,11 @@ def load_init(model: SRNet, path: str) -> list[str]:
         raise ValueError(f"--init {path} shares no tensor (name and shape) with the model being trained")
     own.update(taken)
     model.load_state_dict(own)
-    fresh = sorted(set(own) - set(taken))
+    fresh = set(own) - set(taken)
     for i, layer in enumerate(model.body):
-        names = [f"body.{i}.{k}" for k in layer.state_dict()]
-        if all(n in fresh for n in names):
-            start_as_identity(layer)
-    return fresh
-
-
-@torch.no_grad()
-def start_as_identity(layer: torch.nn.Module) -> None:
-    """Zero a residual layer's last projection so that ``x + branch(x)`` returns ``x``."""
-    last = layer.proj if hasattr(layer, "attend") else layer.conv2
-    last.weight.zero_()
-    last.bias.zero_()
+        if all(f"body.{i}.{k}" in fresh for k in layer.state_dict()):
+            layer.start_as_identity()
+    return sorted(fresh)
 
 
 @torch.no_grad()

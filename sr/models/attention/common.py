@@ -93,6 +93,12 @@ class AttentionBranch(nn.Module):
         nn.init.normal_(self.proj.weight, std=1e-3)
         nn.init.zeros_(self.proj.bias)
 
+    @torch.no_grad()
+    def start_as_identity(self) -> None:
+        """Zero the output projection: the block returns its input (a layer grown into a trained net)."""
+        self.proj.weight.zero_()
+        self.proj.bias.zero_()
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor, aux: dict | None):
         """The attention core: q, k, v = ``self.qkv(x)`` split in three; returns (B, C, H, W)."""
         raise NotImplementedError
