@@ -35,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
         model.load_state_dict(ckpt["ema"])
     except Exception as e:  # noqa: BLE001 - any unreadable checkpoint is a user-facing error here
         raise CLIError(f"{path}: not a usable training checkpoint ({e})") from None
+    # the run's config holds the settings of its latest cycle (a --resume can change loss or rescale)
+    recipe = {"loss": cfg.get("loss", "l1")}
+    if cfg.get("rescale"):
+        recipe["rescale"] = " ".join(f"{f:g}" for f in cfg["rescale"])
     best = ckpt.get("best") or {}
     # cite only a validation of the exported weights themselves: last.pt's step is often not the best step
     # (best is checked too because checkpoints written before last_val existed only carry best)
@@ -48,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         hardware=args.hardware or f"{platform.machine()} CPU x{torch.get_num_threads()}",
         validation=json.dumps(validated.get("results", {})),
         best_step=str(best.get("step", ckpt["step"])),
+        **recipe,
     )
     if validated:
         scores = ", ".join(f"{k} {v['psnr']:.3f} dB" for k, v in validated["results"].items())

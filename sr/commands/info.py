@@ -32,6 +32,8 @@ META_FIELDS = {
     "train_seconds": "training time",
     "hardware": "hardware",
     "train_data": "training data",
+    "rescale": "rescale (last cycle)",
+    "loss": "loss (last cycle)",
     "validation": "validation",
 }
 META_HIDDEN = {"format", "config", "scale", "params", "preset", "attention"}

@@ -265,6 +265,10 @@ class Trainer:
                 if self.stop_requested or self.step == stop_at:
                     break
             self.save()
+            if self.world > 1:
+                # gloo aborts a rank now and then (SIGABRT, "terminate called without an active
+                # exception") when one tears its group down while the other is still saving
+                dist.barrier()
         finally:
             bar.close()
             for s, h in old_handlers.items():
