@@ -266,8 +266,8 @@ class Trainer:
                     break
             self.save()
             if self.world > 1:
-                # gloo aborts a rank now and then (SIGABRT, "terminate called without an active
-                # exception") when one tears its group down while the other is still saving
+                # tearing gloo down while the other rank is still saving aborted a rank now and then
+                # (SIGABRT, "terminate called without an active exception"); meet first, then destroy
                 dist.barrier()
         finally:
             bar.close()
