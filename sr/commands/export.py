@@ -20,6 +20,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..models import SRNet, build_config
+    from ..train.config import TrainConfig
     from ..weights import save_weights
 
     path = Path(args.checkpoint)
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - any unreadable checkpoint is a user-facing error here
         raise CLIError(f"{path}: not a usable training checkpoint ({e})") from None
     # the run's config holds the settings of its latest cycle (a --resume can change loss or rescale)
-    recipe = {"loss": cfg.get("loss", "l1")}
+    recipe = {"loss": cfg.get("loss", TrainConfig.loss)}  # checkpoints older than --loss trained the default
     if cfg.get("rescale"):
         recipe["rescale"] = " ".join(f"{f:g}" for f in cfg["rescale"])
     best = ckpt.get("best") or {}
