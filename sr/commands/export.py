@@ -40,6 +40,13 @@ def run(args: argparse.Namespace) -> int:
     recipe = {"loss": cfg.get("loss", TrainConfig.loss)}  # checkpoints older than --loss trained the default
     if cfg.get("rescale"):
         recipe["rescale"] = " ".join(f"{f:g}" for f in cfg["rescale"])
+    lineage = ckpt.get("lineage") or {}
+    if lineage:
+        recipe["init"] = lineage["from"] + (f" (step {lineage['steps']})" if lineage.get("steps") else "")
+    # a run that continues exported weights counts their steps and time as its own past
+    past_steps = lineage.get("steps", 0) if lineage.get("continues") else 0
+    past_seconds = lineage.get("seconds", 0.0) if lineage.get("continues") else 0.0
+    step = past_steps + ckpt["step"]
     best = ckpt.get("best") or {}
     # cite only a validation of the exported weights themselves: last.pt's step is often not the best step
     # (best is checked too because checkpoints written before last_val existed only carry best)
@@ -47,17 +54,17 @@ def run(args: argparse.Namespace) -> int:
     out = save_weights(
         model, args.output,
         preset=cfg["preset"], attention=model.cfg.attention, name=cfg["name"],
-        train_data=json.dumps(cfg["train"]), steps=str(ckpt["step"]),
+        train_data=json.dumps(cfg["train"]), steps=str(step),
         batch=str(cfg["batch"]), patch=str(cfg["patch"]),
-        train_seconds=f"{ckpt.get('elapsed', 0.0):.0f}",
+        train_seconds=f"{past_seconds + ckpt.get('elapsed', 0.0):.0f}",
         hardware=args.hardware or f"{platform.machine()} CPU x{torch.get_num_threads()}",
         validation=json.dumps(validated.get("results", {})),
-        best_step=str(best.get("step", ckpt["step"])),
+        best_step=str(past_steps + best.get("step", ckpt["step"])),
         **recipe,
     )
     if validated:
         scores = ", ".join(f"{k} {v['psnr']:.3f} dB" for k, v in validated["results"].items())
-        print(f"wrote {out} (step {ckpt['step']}: {scores})")
+        print(f"wrote {out} (step {step}: {scores})")
     else:
-        print(f"wrote {out} (step {ckpt['step']}, not validated at that step: no validation in the metadata)")
+        print(f"wrote {out} (step {step}, not validated at that step: no validation in the metadata)")
     return 0

@@ -25,6 +25,7 @@ ATTN_OPTIONS = {
 # Weights metadata shown in this order under readable labels; the rest is listed as-is.
 META_FIELDS = {
     "name": "run name",
+    "init": "started from",
     "steps": "training steps",
     "best_step": "best step",
     "batch": "batch",

@@ -26,6 +26,7 @@ from ..data import PatchDataset, PatchSampler, build_pairs, check_rescale
 from ..evaluation import evaluate_folder, model_upscaler
 from ..inference.devices import resolve_device
 from ..models import SRNet, build_config, count_params
+from ..weights import WeightsError, read_metadata
 from .config import TrainConfig
 
 PIXEL_LOSSES = {"l1": F.l1_loss, "mse": F.mse_loss}
@@ -71,6 +72,26 @@ def load_init(model: SRNet, path: str) -> list[str]:
         if all(f"body.{i}.{k}" in fresh for k in layer.state_dict()):
             layer.start_as_identity()
     return sorted(fresh)
+
+
+def init_lineage(path: str, model: SRNet, fresh: list[str]) -> dict:
+    """What an ``--init`` file had been trained for already.
+
+    Our own exported weights at the same scale, every tensor taken, mean the run continues them
+    (a new cycle from shipped weights after the run's checkpoints are gone): their steps and
+    training time carry on into this run's export. Any other start (x2 weights for an x3 run, a
+    grown preset, a foreign file) only names where it came from.
+    """
+    lineage: dict = {"from": Path(path).name, "steps": 0, "seconds": 0.0, "continues": False}
+    if not path.endswith(".safetensors"):
+        return lineage
+    try:
+        meta = read_metadata(path)
+        lineage.update(steps=int(meta["steps"]), seconds=float(meta.get("train_seconds", 0.0)))
+    except (WeightsError, KeyError, ValueError):  # weights without our training metadata
+        return lineage
+    lineage["continues"] = not fresh and meta.get("scale") == str(model.scale)
+    return lineage
 
 
 @torch.no_grad()
@@ -133,6 +154,7 @@ class Trainer:
         self.best: dict = {}
         self.last_val: dict = {}  # latest validation {"step", "results"}: an export of last.pt cites it
         self.elapsed = 0.0  # training seconds over all sessions (for the model card)
+        self.lineage: dict = {}  # the --init weights' own training (init_lineage)
         if resume:
             self._load(self.run_dir / "last.pt")
         elif (self.run_dir / "last.pt").exists() or (self.run_dir / "log.jsonl").exists():
@@ -144,7 +166,10 @@ class Trainer:
         elif cfg.init:
             missing = load_init(self.model, cfg.init)
             self.ema.load_state_dict(self.model.state_dict())
-            self.log_line({"event": "init", "from": cfg.init, "fresh_tensors": missing})
+            self.lineage = init_lineage(cfg.init, self.model, missing)
+            self.log_line(
+                {"event": "init", "from": cfg.init, "fresh_tensors": missing, "lineage": self.lineage}
+            )
         self.net = self.model
         if self.world > 1:
             self.net = torch.nn.parallel.DistributedDataParallel(
@@ -171,6 +196,7 @@ class Trainer:
             "best": self.best,
             "last_val": self.last_val,
             "elapsed": self.elapsed,
+            "lineage": self.lineage,
             "torch_rng": torch.get_rng_state(),
         }
 
@@ -188,6 +214,7 @@ class Trainer:
         self.opt.load_state_dict(ckpt["opt"])
         self.step, self.best, self.elapsed = ckpt["step"], ckpt["best"], ckpt.get("elapsed", 0.0)
         self.last_val = ckpt.get("last_val", {})
+        self.lineage = ckpt.get("lineage", {})
         torch.set_rng_state(ckpt["torch_rng"])
 
     def _on_signal(self, signum, frame) -> None:
@@ -311,7 +338,8 @@ class Trainer:
             self.best = {"psnr": first["psnr"], "step": self.step, "results": results}
             if self.is_main:
                 atomic_save({"ema": self.ema.state_dict(), "config": json.loads(self.cfg.to_json()),
-                             "step": self.step, "best": self.best, "elapsed": self.elapsed},
+                             "step": self.step, "best": self.best, "elapsed": self.elapsed,
+                             "lineage": self.lineage},
                             self.run_dir / "best.pt")
         if sys.stderr.isatty():
             tqdm.write(" ".join(f"{k}: {v['psnr']:.3f} dB / {v['ssim']:.4f}" for k, v in results.items()))

@@ -247,6 +247,40 @@ def test_export_writes_metadata_and_loads(tmp_path):
     assert bad.returncode != 0 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_init_from_exported_weights_continues_their_steps_and_time(tmp_path):
+    first = _cfg(tmp_path / "a", steps=10, val_every=10)
+    Trainer(first).fit()
+    shipped = tmp_path / "shipped.safetensors"
+    assert _export(first.run_dir / "last.pt", shipped).returncode == 0
+    _, before = load_weights(shipped)
+
+    again = _cfg(tmp_path / "b", steps=6, val_every=3, init=str(shipped))
+    t = Trainer(again)
+    t.fit()
+    assert t.lineage == {"from": "shipped.safetensors", "steps": 10,
+                         "seconds": float(before["train_seconds"]), "continues": True}
+    out = tmp_path / "next.safetensors"
+    for ckpt in ("last.pt", "best.pt"):
+        r = _export(again.run_dir / ckpt, out)
+        assert r.returncode == 0, r.stderr
+        _, meta = load_weights(out)
+        assert meta["init"] == "shipped.safetensors (step 10)"
+        assert float(meta["train_seconds"]) >= float(before["train_seconds"])
+    assert meta["steps"] == "16" and int(meta["best_step"]) in (13, 16)  # 10 inherited + this run's
+    info = subprocess.run([sys.executable, "-m", "sr", "info", str(out)],
+                          cwd=REPO, capture_output=True, text=True)
+    assert "started from" in info.stdout and "shipped.safetensors (step 10)" in info.stdout
+
+    # x2 weights starting an x3 run: named, but their steps are not x3's
+    x3 = _cfg(tmp_path / "c", scale=3, steps=2, val=[], init=str(shipped))
+    t3 = Trainer(x3)
+    assert t3.lineage["continues"] is False and t3.lineage["steps"] == 10
+    t3.fit()
+    assert _export(x3.run_dir / "last.pt", out).returncode == 0
+    _, meta = load_weights(out)
+    assert meta["steps"] == "2" and meta["init"] == "shipped.safetensors (step 10)"
+
+
 def test_bad_config_is_a_clear_error(tmp_path):
     toml = tmp_path / "c.toml"
     toml.write_text("[train]\nbatchsize = 3\n")
