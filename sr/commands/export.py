@@ -44,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
     if lineage:
         recipe["init"] = lineage["from"] + (f" (step {lineage['steps']})" if lineage.get("steps") else "")
     # a run that continues exported weights counts their steps and time as its own past
-    past_steps = lineage.get("steps", 0) if lineage.get("continues") else 0
-    past_seconds = lineage.get("seconds", 0.0) if lineage.get("continues") else 0.0
+    past = lineage if lineage.get("continues") else {}
+    past_steps, past_seconds = past.get("steps", 0), past.get("seconds", 0.0)
     step = past_steps + ckpt["step"]
     best = ckpt.get("best") or {}
     # cite only a validation of the exported weights themselves: last.pt's step is often not the best step

@@ -74,13 +74,13 @@ def load_init(model: SRNet, path: str) -> list[str]:
     return sorted(fresh)
 
 
-def init_lineage(path: str, model: SRNet, fresh: list[str]) -> dict:
+def init_lineage(path: str, model: SRNet) -> dict:
     """What an ``--init`` file had been trained for already.
 
-    Our own exported weights at the same scale, every tensor taken, mean the run continues them
-    (a new cycle from shipped weights after the run's checkpoints are gone): their steps and
-    training time carry on into this run's export. Any other start (x2 weights for an x3 run, a
-    grown preset, a foreign file) only names where it came from.
+    Our own exported weights of exactly this network (their metadata's architecture config) mean
+    the run continues them (a new cycle from shipped weights after the run's checkpoints are gone):
+    their steps and training time carry on into this run's export. Any other start (x2 weights for
+    an x3 run, a grown preset, a foreign file) only names where it came from.
     """
     lineage: dict = {"from": Path(path).name, "steps": 0, "seconds": 0.0, "continues": False}
     if not path.endswith(".safetensors"):
@@ -88,9 +88,9 @@ def init_lineage(path: str, model: SRNet, fresh: list[str]) -> dict:
     try:
         meta = read_metadata(path)
         lineage.update(steps=int(meta["steps"]), seconds=float(meta.get("train_seconds", 0.0)))
+        lineage["continues"] = json.loads(meta["config"]) == model.cfg.to_dict()
     except (WeightsError, KeyError, ValueError):  # weights without our training metadata
-        return lineage
-    lineage["continues"] = not fresh and meta.get("scale") == str(model.scale)
+        pass
     return lineage
 
 
@@ -166,7 +166,7 @@ class Trainer:
         elif cfg.init:
             missing = load_init(self.model, cfg.init)
             self.ema.load_state_dict(self.model.state_dict())
-            self.lineage = init_lineage(cfg.init, self.model, missing)
+            self.lineage = init_lineage(cfg.init, self.model)
             self.log_line(
                 {"event": "init", "from": cfg.init, "fresh_tensors": missing, "lineage": self.lineage}
             )
