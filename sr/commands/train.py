@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..cli import CLIError
-from ..train.config import FIELDS, load_config
+from ..train.config import AMP_CHOICES, FIELDS, load_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             p.add_argument(flag, nargs="*", type=float, default=None, metavar="FACTOR",
                            help="also train on each HR image downscaled by these factors in (0, 1), "
                                 "e.g. 0.9 0.8 0.7 0.6 (default: none)")
+        elif name == "amp":
+            p.add_argument(flag, choices=AMP_CHOICES, default=None,
+                           help="bf16 autocast; auto = on CUDA and AMX CPUs, else fp32 (default: auto)")
         else:
             kind = {int: int, float: float}.get(type(default), str)
             p.add_argument(flag, type=kind, default=None, help=f"(default: {default})")

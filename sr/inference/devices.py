@@ -55,6 +55,16 @@ def pick_dtype(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX tiles (Intel Sapphire Rapids and later), where bf16 matmuls and
+    convolutions run on the matrix unit. torch exposes the check only privately, hence the guard."""
+    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    try:
+        return bool(check()) if check is not None else False
+    except RuntimeError:
+        return False
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on (respects taskset/cgroup affinity, unlike os.cpu_count)."""
     try:

@@ -41,7 +41,7 @@ class TrainConfig:
     seed: int = 0
     workers: int = 0
     threads: int = 0  # 0 = all cores
-    amp: str = "auto"  # auto (bf16 on CUDA only) | bf16 | off
+    amp: str = "auto"  # auto (bf16 on CUDA and on AMX CPUs) | bf16 | off
     device: str = "auto"
     out: str = "runs"
     cache: str = "runs/cache"
@@ -55,6 +55,7 @@ class TrainConfig:
         return json.dumps(dataclasses.asdict(self), indent=2)
 
 
+AMP_CHOICES = ("auto", "bf16", "off")
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 

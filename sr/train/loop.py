@@ -24,12 +24,23 @@ from tqdm import tqdm
 
 from ..data import PatchDataset, PatchSampler, build_pairs, check_rescale
 from ..evaluation import evaluate_folder, model_upscaler
-from ..inference.devices import resolve_device
+from ..inference.devices import cpu_has_amx, resolve_device
 from ..models import SRNet, build_config, count_params
 from ..weights import WeightsError, read_metadata
-from .config import TrainConfig
+from .config import AMP_CHOICES, TrainConfig
 
 PIXEL_LOSSES = {"l1": F.l1_loss, "mse": F.mse_loss}
+
+
+def use_bf16_autocast(amp: str, device: torch.device) -> bool:
+    """``--amp``: 'bf16' / 'off' as given; 'auto' = bf16 where it was measured to pay: on CUDA, and on
+    CPUs with AMX (1.55x the asa-base steps per second at equal PSNR on an AMX Xeon). Other CPUs stay
+    fp32: on an AVX2 EPYC bf16 was far slower (8.7 s against 0.6 s a step), the rest is unmeasured."""
+    if amp not in AMP_CHOICES:
+        raise ValueError(f"--amp {amp!r} is not one of: {', '.join(AMP_CHOICES)}")
+    if amp != "auto":
+        return amp == "bf16"
+    return device.type == "cuda" or (device.type == "cpu" and cpu_has_amx())
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -127,6 +138,7 @@ class Trainer:
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.device = resolve_device(cfg.device)
+        bf16 = use_bf16_autocast(cfg.amp, self.device)
         if self.world > 1:
             backend = "nccl" if self.device.type == "cuda" else "gloo"
             dist.init_process_group(backend)
@@ -175,8 +187,7 @@ class Trainer:
             self.net = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
-        amp = cfg.amp if cfg.amp != "auto" else ("bf16" if self.device.type == "cuda" else "off")
-        self.autocast = dict(device_type=self.device.type, dtype=torch.bfloat16, enabled=amp == "bf16")
+        self.autocast = dict(device_type=self.device.type, dtype=torch.bfloat16, enabled=bf16)
 
     # -- bookkeeping -------------------------------------------------------------------------
     def log_line(self, record: dict) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from PIL import Image
 from sr.bench.serve import free_port
 from sr.models import build_model
 from sr.train.config import load_config
-from sr.train.loop import Trainer, lr_at
+from sr.train.loop import Trainer, lr_at, use_bf16_autocast
 from sr.weights import load_weights
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,6 +74,29 @@ def test_cycle_start_restarts_the_schedule_there():
     assert lr_at(210, cfg) == pytest.approx(1e-6)
     with pytest.raises(ValueError, match="cycle-start"):
         Trainer(load_config(None, steps=100, cycle_start=100))
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_amp_auto_is_bf16_on_cuda_and_on_amx_cpus_only(monkeypatch, amx):
+    monkeypatch.setattr("sr.train.loop.cpu_has_amx", lambda: amx)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert use_bf16_autocast("auto", cpu) is amx
+    assert use_bf16_autocast("auto", cuda) is True
+    assert use_bf16_autocast("bf16", cpu) is True and use_bf16_autocast("off", cpu) is False
+    assert use_bf16_autocast("off", cuda) is False
+    with pytest.raises(ValueError, match="--amp 'fp16' is not one of: auto, bf16, off"):
+        use_bf16_autocast("fp16", cpu)
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_trainer_follows_amp_auto_and_logs_it(tmp_path, monkeypatch, amx):
+    monkeypatch.setattr("sr.train.loop.cpu_has_amx", lambda: amx)
+    t = Trainer(_cfg(tmp_path, steps=6, val_every=6, device="cpu"))
+    assert t.autocast == dict(device_type="cpu", dtype=torch.bfloat16, enabled=amx)
+    t.fit()
+    log = _log(t.cfg.run_dir)
+    assert [r["amp"] for r in log if r.get("event") == "start"] == [amx]
+    assert all(math.isfinite(r["loss"]) for r in log if "loss" in r)
 
 
 def test_loss_falls_and_validation_logged(tmp_path):
@@ -293,6 +317,13 @@ def test_bad_config_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "sr", "train", "--rescale", "0.8", "1.5",
                         "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "--rescale factors must lie in (0, 1), got 1.5" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "sr", "train", "--amp", "fp16", "--out", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 2 and "argument --amp: invalid choice: 'fp16'" in r.stderr
+    toml.write_text('[train]\namp = "fp16"\n')
+    r = subprocess.run([sys.executable, "-m", "sr", "train", "--config", str(toml), "--out", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 2 and "--amp 'fp16' is not one of: auto, bf16, off" in r.stderr
     assert not (tmp_path / "asa-base-x2").exists()  # refused before anything was written
 
 

@@ -1,0 +1,52 @@
+"""Device choices: names resolve or fail clearly, thread counts, the CPU's AMX check."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sr.inference import devices
+from sr.inference.devices import DeviceError, configure_threads, cpu_has_amx, pick_dtype, resolve_device
+
+
+def test_cpu_names_resolve_and_unknown_names_fail_clearly():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(" CPU ") == torch.device("cpu")
+    with pytest.raises(DeviceError, match="unknown device 'gpu0'; choose from auto, cpu, cuda, mps"):
+        resolve_device("gpu0")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_without_a_gpu_is_a_clear_error():
+    with pytest.raises(DeviceError, match="'cuda' is not available"):
+        resolve_device("cuda")
+    assert resolve_device("auto").type in ("cpu", "mps")
+
+
+def test_cpu_inference_stays_fp32():
+    assert pick_dtype(torch.device("cpu")) == torch.float32
+
+
+def test_configure_threads_sets_torch_and_rejects_zero():
+    before = torch.get_num_threads()
+    try:
+        assert configure_threads(1) == 1 and torch.get_num_threads() == 1
+        with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
+            configure_threads(0)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_amx_check_follows_torch_and_is_false_when_torch_cannot_tell(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert cpu_has_amx() is True
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert cpu_has_amx() is False
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)
+    assert cpu_has_amx() is False
+
+    def broken() -> bool:
+        raise RuntimeError("cpuinfo failed")
+
+    monkeypatch.setattr(devices.torch.cpu, "_is_amx_tile_supported", broken, raising=False)
+    assert cpu_has_amx() is False
