@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sr.inference import devices
 from sr.inference.devices import DeviceError, configure_threads, cpu_has_amx, pick_dtype, resolve_device
 
 
@@ -48,5 +47,5 @@ def test_amx_check_follows_torch_and_is_false_when_torch_cannot_tell(monkeypatch
     def broken() -> bool:
         raise RuntimeError("cpuinfo failed")
 
-    monkeypatch.setattr(devices.torch.cpu, "_is_amx_tile_supported", broken, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", broken, raising=False)
     assert cpu_has_amx() is False
