@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..cli import CLIError
-from ..train.config import AMP_CHOICES, FIELDS, load_config
+from ..train.config import AMP_CHOICES, FIELDS, LOSS_CHOICES, load_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         elif name == "amp":
             p.add_argument(flag, choices=AMP_CHOICES, default=None,
                            help="bf16 autocast; auto = on CUDA and AMX CPUs, else fp32 (default: auto)")
+        elif name == "loss":
+            p.add_argument(flag, choices=LOSS_CHOICES, default=None, help=f"pixel loss (default: {default})")
+        elif name == "best_on":
+            p.add_argument(flag, metavar="SET", default=None,
+                           help="best.pt = highest validation PSNR: 'mean' over the --val sets or one "
+                                "set's folder name, e.g. Set14 (default: mean)")
         else:
             kind = {int: int, float: float}.get(type(default), str)
             p.add_argument(flag, type=kind, default=None, help=f"(default: {default})")
@@ -43,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
             if not saved.is_file():
                 raise CLIError(f"{run_dir} has no config.json: not a training run")
             base = json.loads(saved.read_text())
+            if "best_on" not in base:  # runs from before --best-on ranked on their first --val set
+                base["best_on"] = Path(base["val"][0]).name if base.get("val") else "mean"
             base.update({k: v for k, v in overrides.items() if v is not None})
             cfg = load_config(None, **base)
         else:
@@ -52,5 +60,7 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as e:
         raise CLIError(str(e)) from None
     if best:
-        print(f"best {best['psnr']:.3f} dB at step {best['step']} ({cfg.run_dir})")
+        scores = ", ".join(f"{k} {v['psnr']:.3f} dB" for k, v in best["results"].items())
+        rule = best.get("on", cfg.best_on)  # a run from before --best-on holds a best without "on"
+        print(f"best.pt: step {best['step']} ({scores}; ranked on {rule}) in {cfg.run_dir}")
     return 0

@@ -35,6 +35,7 @@ class TrainConfig:
     budget_weight: float = 0.01
     loss: str = "l1"  # pixel loss: l1 | mse (a short low-lr mse fine-tune after l1 targets PSNR directly)
     val_every: int = 1000
+    best_on: str = "mean"  # best.pt ranks validations by PSNR: "mean" over the --val sets, or one set's name
     ckpt_every: int = 250
     time_limit: float = 0.0  # wall-clock minutes per start or --resume, then checkpoint and stop; 0 = none
     log_every: int = 25
@@ -56,6 +57,7 @@ class TrainConfig:
 
 
 AMP_CHOICES = ("auto", "bf16", "off")
+LOSS_CHOICES = ("l1", "mse")
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 

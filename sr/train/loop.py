@@ -27,9 +27,9 @@ from ..evaluation import evaluate_folder, model_upscaler
 from ..inference.devices import cpu_has_amx, resolve_device
 from ..models import SRNet, build_config, count_params
 from ..weights import WeightsError, read_metadata
-from .config import AMP_CHOICES, TrainConfig
+from .config import AMP_CHOICES, LOSS_CHOICES, TrainConfig
 
-PIXEL_LOSSES = {"l1": F.l1_loss, "mse": F.mse_loss}
+PIXEL_LOSSES = {"l1": F.l1_loss, "mse": F.mse_loss}  # keyed as LOSS_CHOICES (the flag's choices)
 
 
 def use_bf16_autocast(amp: str, device: torch.device) -> bool:
@@ -126,13 +126,26 @@ def validate(model: SRNet, cfg: TrainConfig, device: torch.device) -> dict[str, 
     return results
 
 
+def selection_score(results: dict[str, dict[str, float]], best_on: str) -> float | None:
+    """The PSNR that ranks validations for best.pt: the mean over the sets (one 5-image set alone
+    picked noise spikes), or the named set's. None when ``results`` lack that set."""
+    if best_on == "mean":
+        return sum(v["psnr"] for v in results.values()) / len(results) if results else None
+    return results[best_on]["psnr"] if best_on in results else None
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
         if not 0 <= cfg.cycle_start < cfg.steps:
             raise ValueError(f"--cycle-start {cfg.cycle_start} must lie in [0, --steps {cfg.steps})")
         check_rescale(cfg.rescale)
-        if cfg.loss not in PIXEL_LOSSES:
-            raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(PIXEL_LOSSES)}")
+        if cfg.loss not in LOSS_CHOICES:
+            raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(LOSS_CHOICES)}")
+        val_names = [Path(folder).name for folder in cfg.val]
+        if val_names and cfg.best_on != "mean" and cfg.best_on not in val_names:
+            raise ValueError(
+                f"--best-on {cfg.best_on!r} names no --val set; use mean or one of: {', '.join(val_names)}"
+            )
         self.cfg = cfg
         self.pixel_loss = PIXEL_LOSSES[cfg.loss]
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -338,15 +351,17 @@ class Trainer:
             return
         t = time.time()
         results = validate(self.ema, self.cfg, self.device)
-        first = next(iter(results.values()))
         rec = {"step": self.step, "event": "val", "seconds": round(self.elapsed, 1),
                "val_seconds": round(time.time() - t, 1)}
         for k, v in results.items():
             rec[f"{k}_psnr"], rec[f"{k}_ssim"] = v["psnr"], v["ssim"]
         self.log_line(rec)
         self.last_val = {"step": self.step, "results": results}
-        if first["psnr"] > self.best.get("psnr", -1.0):
-            self.best = {"psnr": first["psnr"], "step": self.step, "results": results}
+        score = selection_score(results, self.cfg.best_on)
+        # the held best is re-scored from its own results: a resume may change --best-on
+        held = selection_score(self.best.get("results", {}), self.cfg.best_on)
+        if held is None or score > held:
+            self.best = {"step": self.step, "on": self.cfg.best_on, "score": score, "results": results}
             if self.is_main:
                 atomic_save({"ema": self.ema.state_dict(), "config": json.loads(self.cfg.to_json()),
                              "step": self.step, "best": self.best, "elapsed": self.elapsed,

@@ -17,9 +17,10 @@ import torch
 from PIL import Image
 
 from sr.bench.serve import free_port
+from sr.cli import main as sr_main
 from sr.models import build_model
-from sr.train.config import load_config
-from sr.train.loop import Trainer, lr_at, use_bf16_autocast
+from sr.train.config import LOSS_CHOICES, load_config
+from sr.train.loop import PIXEL_LOSSES, Trainer, lr_at, selection_score, use_bf16_autocast
 from sr.weights import load_weights
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,7 +108,7 @@ def test_loss_falls_and_validation_logged(tmp_path):
     assert losses[-1] < 0.7 * losses[0]
     vals = [r for r in log if r.get("event") == "val"]
     assert [v["step"] for v in vals] == [20, 40]
-    assert best["psnr"] > 15 and (cfg.run_dir / "best.pt").is_file()
+    assert best["on"] == "mean" and best["score"] > 15 and (cfg.run_dir / "best.pt").is_file()
     assert json.loads((cfg.run_dir / "config.json").read_text())["patch"] == 16
     assert all(0 <= r["budget_mean"] <= 8 for r in log if "budget_mean" in r)
 
@@ -135,6 +136,7 @@ def test_mse_loss_is_what_trains_and_is_logged(tmp_path):
     (mse,) = [r["loss"] for r in log if "loss" in r]
     assert log[0]["pixel_loss"] == "mse"
     assert l1**2 <= mse < 0.5 * l1  # Jensen below; errors well under 1 above
+    assert tuple(PIXEL_LOSSES) == LOSS_CHOICES  # the flag's choices are the losses there are
     with pytest.raises(ValueError, match="--loss 'huber' is not one of: l1, mse"):
         Trainer(_cfg(tmp_path / "bad", loss="huber"))
 
@@ -191,6 +193,69 @@ def test_time_limit_on_the_last_step_validates_once(tmp_path):
     trainer = Trainer(_cfg(tmp_path, steps=1, val_every=20, time_limit=1e-6))
     trainer.fit()
     assert [r["step"] for r in _log(trainer.run_dir) if r.get("event") == "val"] == [1]
+
+
+def _scripted_validation(monkeypatch, psnrs: dict[str, list[float]]) -> None:
+    """validate() returns these per-set PSNRs in turn: the ranking rule is under test, not the net."""
+    calls = iter(range(len(next(iter(psnrs.values())))))
+
+    def fake(model, cfg, device):
+        i = next(calls)
+        return {name: {"psnr": values[i], "ssim": 0.5} for name, values in psnrs.items()}
+
+    monkeypatch.setattr("sr.train.loop.validate", fake)
+
+
+def _two_val_sets(tmp_path: Path, **kw):
+    return _cfg(tmp_path, val=[str(tmp_path / "Set5"), str(tmp_path / "Set14")], val_every=1, **kw)
+
+
+def test_selection_score_is_the_mean_or_one_named_set():
+    results = {"Set5": {"psnr": 30.0}, "Set14": {"psnr": 26.0}}
+    assert selection_score(results, "mean") == 28.0
+    assert selection_score(results, "Set14") == 26.0
+    assert selection_score(results, "Urban100") is None and selection_score({}, "mean") is None
+
+
+@pytest.mark.parametrize("best_on, step", [("mean", 2), ("Set5", 1), ("Set14", 3)])
+def test_best_checkpoint_ranks_on_the_mean_of_the_val_sets_or_one_named_set(tmp_path, monkeypatch,
+                                                                            best_on, step):
+    # Set5 peaks at step 1, Set14 at step 3, their mean (25, 25.75, 25.5) at step 2
+    _scripted_validation(monkeypatch, {"Set5": [30.0, 29.5, 28.0], "Set14": [20.0, 22.0, 23.0]})
+    cfg = _two_val_sets(tmp_path, steps=3, best_on=best_on)
+    best = Trainer(cfg).fit()
+    assert best["step"] == step and best["on"] == best_on
+    assert torch.load(cfg.run_dir / "best.pt", weights_only=False)["step"] == step
+
+
+def test_best_on_must_name_a_val_set(tmp_path):
+    message = "--best-on 'Set8' names no --val set; use mean or one of: Set5, Set14"
+    with pytest.raises(ValueError, match=message):
+        Trainer(_two_val_sets(tmp_path, steps=3, best_on="Set8"))
+    Trainer(_cfg(tmp_path / "noval", steps=3, val=[], best_on="Set8"))  # nothing validated: nothing to rank
+
+
+def test_resumed_run_from_before_best_on_keeps_ranking_on_its_first_set(tmp_path, monkeypatch, capsys):
+    # means: 25, 25.5 | 26.25, 26 | 25.25; Set5 alone peaks at step 1
+    _scripted_validation(monkeypatch, {"Set5": [30.0, 29.0, 29.5, 28.0, 28.0],
+                                       "Set14": [20.0, 22.0, 23.0, 24.0, 22.5]})
+    cfg = _two_val_sets(tmp_path, steps=4, best_on="Set5")
+    Trainer(cfg).fit(stop_at=2)
+    # make it a run written before --best-on: no best_on in config.json, best keyed by the first set's psnr
+    saved = json.loads((cfg.run_dir / "config.json").read_text())
+    del saved["best_on"]
+    (cfg.run_dir / "config.json").write_text(json.dumps(saved))
+    ckpt = torch.load(cfg.run_dir / "last.pt", weights_only=False)
+    ckpt["best"] = {"psnr": 30.0, "step": 1, "results": ckpt["best"]["results"]}
+    torch.save(ckpt, cfg.run_dir / "last.pt")
+
+    assert sr_main(["train", "--resume", str(cfg.run_dir)]) == 0
+    assert "best.pt: step 1 (Set5 30.000 dB, Set14 20.000 dB; ranked on Set5)" in capsys.readouterr().out
+    assert torch.load(cfg.run_dir / "best.pt", weights_only=False)["step"] == 1
+    # switching the rule on resume re-scores the held best (step 1, mean 25) under the new rule
+    assert sr_main(["train", "--resume", str(cfg.run_dir), "--steps", "5", "--best-on", "mean"]) == 0
+    assert "best.pt: step 5 (Set5 28.000 dB, Set14 22.500 dB; ranked on mean)" in capsys.readouterr().out
+    assert torch.load(cfg.run_dir / "best.pt", weights_only=False)["step"] == 5
 
 
 def test_fresh_run_refuses_a_folder_holding_another_run(tmp_path):
@@ -317,6 +382,9 @@ def test_bad_config_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "sr", "train", "--rescale", "0.8", "1.5",
                         "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "--rescale factors must lie in (0, 1), got 1.5" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "sr", "train", "--loss", "huber", "--out", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 2 and "argument --loss: invalid choice: 'huber'" in r.stderr
     r = subprocess.run([sys.executable, "-m", "sr", "train", "--amp", "fp16", "--out", str(tmp_path)],
                        cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "argument --amp: invalid choice: 'fp16'" in r.stderr
