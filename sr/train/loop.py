@@ -142,6 +142,8 @@ class Trainer:
         if cfg.loss not in LOSS_CHOICES:
             raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(LOSS_CHOICES)}")
         val_names = [Path(folder).name for folder in cfg.val]
+        if len(set(val_names)) < len(val_names):  # the names key the logged and ranked results
+            raise ValueError(f"--val folders need distinct names, got: {', '.join(val_names)}")
         if val_names and cfg.best_on != "mean" and cfg.best_on not in val_names:
             raise ValueError(
                 f"--best-on {cfg.best_on!r} names no --val set; use mean or one of: {', '.join(val_names)}"

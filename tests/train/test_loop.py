@@ -233,6 +233,8 @@ def test_best_on_must_name_a_val_set(tmp_path):
     with pytest.raises(ValueError, match=message):
         Trainer(_two_val_sets(tmp_path, steps=3, best_on="Set8"))
     Trainer(_cfg(tmp_path / "noval", steps=3, val=[], best_on="Set8"))  # nothing validated: nothing to rank
+    with pytest.raises(ValueError, match="--val folders need distinct names, got: Set5, Set5"):
+        Trainer(_cfg(tmp_path, val=[str(tmp_path / "a" / "Set5"), str(tmp_path / "b" / "Set5")]))
 
 
 def test_resumed_run_from_before_best_on_keeps_ranking_on_its_first_set(tmp_path, monkeypatch, capsys):
