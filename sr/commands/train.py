@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..cli import CLIError
-from ..train.config import AMP_CHOICES, FIELDS, LOSS_CHOICES, load_config
+from ..train.config import AMP_CHOICES, FIELDS, LOSS_CHOICES, load_config, val_set_name
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                 raise CLIError(f"{run_dir} has no config.json: not a training run")
             base = json.loads(saved.read_text())
             if "best_on" not in base:  # runs from before --best-on ranked on their first --val set
-                base["best_on"] = Path(base["val"][0]).name if base.get("val") else "mean"
+                base["best_on"] = val_set_name(base["val"][0]) if base.get("val") else "mean"
             base.update({k: v for k, v in overrides.items() if v is not None})
             cfg = load_config(None, **base)
         else:
