@@ -31,6 +31,25 @@ def test_tiny_run_reports_step_times_and_ratios(tmp_path, capsys):
         assert r["step_ms"] > 0 and r["it_s"] == pytest.approx(1000 / r["step_ms"])
         assert r["ratio_to_none"] == pytest.approx(r["step_ms"] / results[0]["step_ms"])
     assert results[0]["params"] < results[2]["params"]  # attention adds parameters
+    assert {r["layout"] for r in results} == {"channels-last"}  # the trainer's layout by default
+
+
+def test_two_layouts_are_timed_side_by_side_with_ratios_per_layout(tmp_path, capsys):
+    out = tmp_path / "train.json"
+    rc = main(["bench", "train", "--presets", "asa-base", "--kinds", "none", "--layouts",
+               "channels-last,contiguous", "--batch", "2", "--patch", "12", "--steps", "1", "--warmup", "0",
+               "--threads", "1", "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "asa-base adaptive: contiguous step = " in text and "x channels-last's" in text
+    results = json.loads(out.read_text())["results"]
+    assert [(r["attention"], r["layout"]) for r in results] == [
+        ("none", "channels-last"), ("adaptive", "channels-last"),
+        ("none", "contiguous"), ("adaptive", "contiguous"),
+    ]
+    for r in results:  # each layout's ratio is to its own conv-only network
+        base = next(b for b in results if b["layout"] == r["layout"] and b["attention"] == "none")
+        assert r["ratio_to_none"] == pytest.approx(r["step_ms"] / base["step_ms"])
 
 
 @pytest.mark.parametrize(
@@ -38,6 +57,7 @@ def test_tiny_run_reports_step_times_and_ratios(tmp_path, capsys):
     [
         (["--presets", "asa-huge"], "unknown preset(s) asa-huge"),
         (["--kinds", "sparse"], "unknown attention kind(s) sparse"),
+        (["--layouts", "nhwc"], "unknown layout(s) nhwc"),
         (["--steps", "0"], "--steps must be >= 1"),
         (["--batch", "0"], "--batch must be >= 1"),
         (["--json", "/nonexistent-dir/x.json"], "does not exist"),

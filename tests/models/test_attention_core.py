@@ -10,7 +10,7 @@ from torch import nn
 
 from sr.models.attention import DenseAttention, attention
 from sr.models.attention.common import large_negative
-from sr.models.attention.routing import region_attention
+from sr.models.attention.routing import soft_region_attention
 
 
 def test_two_token_hand_example():
@@ -86,14 +86,14 @@ def test_half_precision_fully_blocked_rows_stay_finite(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_region_attention_blocked_bias_in_half_precision(dtype):
-    # An fp32 "blocked" bias (what rank_mask_bias gives for k = 0) must not become -inf in fp16.
+def test_soft_region_attention_blocked_bias_with_half_precision_values(dtype):
+    # A "blocked" bias (what rank_mask_bias gives for k = 0) must give finite outputs in v's dtype.
     g = torch.Generator().manual_seed(3)
-    q = torch.randn(4, 16, 12, generator=g).to(dtype)
-    k, v = (torch.randn(4, 3, 16, 12, generator=g).to(dtype) for _ in range(2))
-    bias = torch.zeros(4, 3)
-    bias[0] = large_negative(torch.float32)  # every key region of query region 0 blocked
-    bias[1, 1:] = large_negative(torch.float32)
-    out = region_attention(q, k, v, heads=2, bias=bias)
-    assert out.shape == (4, 16, 12) and out.dtype == dtype
+    q, k, v = (torch.randn(1, 2, 4, 16, 6, generator=g).to(dtype) for _ in range(3))  # (B, heads, N, P, d)
+    idx = torch.tensor([[[0, 1, 2], [1, 2, 3], [2, 3, 0], [3, 0, 1]]])  # (B, N, K)
+    bias = torch.zeros(1, 4, 3)
+    bias[0, 0] = large_negative(torch.float32)  # every key region of query region 0 blocked
+    bias[0, 1, 1:] = large_negative(torch.float32)
+    out = soft_region_attention(q, k, v, idx, bias)
+    assert out.shape == (1, 2, 4, 16, 6) and out.dtype == dtype
     assert torch.isfinite(out).all()

@@ -6,12 +6,14 @@ import pytest
 import torch
 
 from sr.models.attention import AdaptiveSparseAttention, DenseAttention, TopkAttention, attention
+from sr.models.attention.common import from_head_regions, to_head_regions
 from sr.models.attention.routing import (
-    coarse_topk,
     from_token_rows,
     pooled_topk,
+    rank_mask_bias,
     region_token_ids,
     route,
+    soft_region_attention,
     tiered_attention,
     token_rows,
     topk_indices,
@@ -152,13 +154,73 @@ def test_topk_indices_equal_torch_topk_with_or_without_padding(n, k):
     assert torch.equal(topk_indices(scores, k), scores.topk(k, dim=-1).indices)
 
 
-def test_coarse_topk_picks_the_best_pooled_regions_first():
+def test_pooled_topk_picks_the_best_pooled_regions_first():
     g = torch.Generator().manual_seed(0)
-    qr, kr = torch.randn(1, 5, 4, 6, generator=g), torch.randn(1, 7, 4, 6, generator=g)
-    idx = coarse_topk(qr, kr, 3)
-    scores = qr.mean(2) @ kr.mean(2).transpose(1, 2)  # (1, 5, 7)
+    qc, kc = torch.randn(1, 5, 6, generator=g), torch.randn(1, 7, 6, generator=g)
+    idx = pooled_topk(qc, kc, 3)
+    scores = qc @ kc.transpose(1, 2)  # (1, 5, 7)
     assert torch.equal(idx, scores.argsort(dim=-1, descending=True)[..., :3])
-    assert torch.equal(coarse_topk(qr, kr, 3, chunk=2), idx)  # query chunks change nothing
+    assert torch.equal(pooled_topk(qc, kc, 3, chunk=2), idx)  # query chunks change nothing
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_head_regions_hold_each_heads_region_tokens_and_invert(channels_last):
+    b, c, heads, p, h, w = 2, 12, 3, 2, 4, 6
+    x = torch.randn(b, c, h, w)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    t = to_head_regions(x, p, heads)  # (B, heads, N, P, d)
+    assert t.shape == (b, heads, (h // p) * (w // p), p * p, c // heads) and t.is_contiguous()
+    d = c // heads
+    for bi, hi, r, tok in [(0, 0, 0, 0), (1, 2, 4, 3), (0, 1, 5, 2), (1, 0, 3, 1)]:
+        ry, rx = divmod(r, w // p)
+        ty, tx = divmod(tok, p)
+        assert torch.equal(t[bi, hi, r, tok], x[bi, hi * d : hi * d + d, ry * p + ty, rx * p + tx])
+    back = from_head_regions(t, h, w, p)
+    assert torch.equal(back, x) and back.is_contiguous(memory_format=torch.channels_last)
+
+
+def _random_routes(b: int, n: int, k: int, g: torch.Generator) -> torch.Tensor:
+    """(B, N, k) distinct random key region ids per query region."""
+    rows = [torch.stack([torch.randperm(n, generator=g)[:k] for _ in range(n)]) for _ in range(b)]
+    return torch.stack(rows)
+
+
+def test_soft_region_attention_matches_a_per_region_reference_with_rank_weights():
+    # Fractional budgets: key region of rank r enters the scores with bias log(clamp(k - r, 0, 1)).
+    g = torch.Generator().manual_seed(1)
+    b, heads, n, pp, d, kk = 2, 2, 5, 4, 3, 3
+    q, k, v = (torch.randn(b, heads, n, pp, d, generator=g, dtype=torch.float64) for _ in range(3))
+    idx = _random_routes(b, n, kk, g)  # (B, N, K)
+    budget = torch.rand(b, n, generator=g, dtype=torch.float64) * kk
+    budget[0, 0] = 0.0  # fully blocked: its output is multiplied by weight 0 by the caller
+    weights, bias = rank_mask_bias(budget, kk)
+    out = soft_region_attention(q, k, v, idx, bias)
+    assert out.shape == (b, heads, n, pp, d)
+    for bi in range(b):
+        for r in range(n):
+            if budget[bi, r] == 0:
+                continue
+            keys = k[bi][:, idx[bi, r]].reshape(heads, kk * pp, d)
+            vals = v[bi][:, idx[bi, r]].reshape(heads, kk * pp, d)
+            scores = q[bi, :, r] @ keys.transpose(1, 2) / d**0.5 + bias[bi, r].repeat_interleave(pp)
+            ref = scores.softmax(-1) @ vals  # (heads, P, d)
+            torch.testing.assert_close(out[bi, :, r].double(), ref, atol=1e-5, rtol=0)
+
+
+def test_soft_region_attention_under_bf16_autocast_is_close_and_trains_the_bias():
+    g = torch.Generator().manual_seed(2)
+    b, heads, n, pp, d, kk = 2, 3, 9, 16, 16, 4
+    q, k, v = (torch.randn(b, heads, n, pp, d, generator=g) for _ in range(3))
+    idx = _random_routes(b, n, kk, g)  # (B, N, K)
+    budget = (torch.rand(b, n, generator=g) * kk).requires_grad_()
+    ref = soft_region_attention(q, k, v, idx, rank_mask_bias(budget, kk)[1])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = soft_region_attention(*(t.bfloat16() for t in (q, k, v)), idx, rank_mask_bias(budget, kk)[1])
+    assert got.dtype == torch.bfloat16  # the weights meet v in v's dtype
+    assert (got.float() - ref).abs().mean() < 2e-2 * ref.abs().mean()
+    got.float().square().sum().backward()
+    assert budget.grad is not None and budget.grad.abs().max() > 0  # the gate learns through the bias
 
 
 def _smooth_region_means(b: int, hr: int, wr: int, c: int = 16, seed: int = 0) -> torch.Tensor:

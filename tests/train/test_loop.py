@@ -94,6 +94,8 @@ def test_trainer_follows_amp_auto_and_logs_it(tmp_path, monkeypatch, amx):
     monkeypatch.setattr("sr.train.loop.cpu_has_amx", lambda: amx)
     t = Trainer(_cfg(tmp_path, steps=6, val_every=6, device="cpu"))
     assert t.autocast == dict(device_type="cpu", dtype=torch.bfloat16, enabled=amx)
+    for net in (t.model, t.ema):  # channels-last on CPU too: oneDNN's native conv layout
+        assert net.head.weight.is_contiguous(memory_format=torch.channels_last)
     t.fit()
     log = _log(t.cfg.run_dir)
     assert [r["amp"] for r in log if r.get("event") == "start"] == [amx]
@@ -288,7 +290,7 @@ def test_init_grows_a_deeper_preset_that_starts_as_the_loaded_network(tmp_path):
     grown = {"body.9.", "body.10.", "body.11.", "body.12."}  # res blocks 8-10 and the third attention
     init = _log(deep.run_dir)[0]
     assert {k[: k.index(".", 5) + 1] for k in init["fresh_tensors"]} == grown
-    src = build_model("asa-base-x2").eval()
+    src = build_model("asa-base-x2").eval().to(memory_format=torch.channels_last)  # the trainer's layout
     src.load_state_dict(torch.load(base.run_dir / "last.pt", weights_only=False)["ema"])
     x = torch.rand(1, 3, 20, 28)
     with torch.no_grad():

@@ -13,14 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import AttentionBranch, from_regions, pad_to_multiple, to_regions
-from .routing import (
-    coarse_topk,
-    gather_regions,
-    rank_mask_bias,
-    region_attention,
-    routed_attention,
-)
+from .common import AttentionBranch, from_head_regions, pad_to_multiple, to_head_regions
+from .routing import pooled_topk, rank_mask_bias, routed_attention, soft_region_attention
 
 
 class BudgetGate(nn.Module):
@@ -103,17 +97,21 @@ class AdaptiveSparseAttention(AttentionBranch):
         return out[:, :, :h, :w]
 
     def _attend_train(self, q, k, v, x):
-        """Soft path on (B, N, P, C) region tokens; returns (padded output map, continuous k map)."""
+        """Soft path on (B, heads, N, P, d) region tokens; returns (padded output map, continuous k map)."""
         p = self.region
-        qkv, _, _ = pad_to_multiple(torch.cat([q, k, v], 1), p)
-        xp, _, _ = pad_to_multiple(x, p)
-        hp, wp = qkv.shape[-2:]
-        qr, kr, vr = (to_regions(t, p) for t in qkv.chunk(3, dim=1))  # (B, N, P, C)
-        n = qr.shape[1]
+        q, k, v, xp = (pad_to_multiple(t, p)[0] for t in (q, k, v, x))
+        hp, wp = q.shape[-2:]
+        n = (hp // p) * (wp // p)
         k_map = self.allocate(xp, n)  # (B, 1, Hr, Wr)
-        idx = coarse_topk(qr, kr, min(self.k_max, n))  # (B, N, k_max), best first
-        out = self._soft(qr, kr, vr, idx, k_map.flatten(1))
-        return from_regions(out, hp, wp, p), k_map
+        k_top = min(self.k_max, n)
+        idx = pooled_topk(*self.pooled_qk(xp, p), k_top)  # (B, N, k_top), best first; as inference routes
+        # Rank r counts with weight clamp(k - r, 0, 1): a log-weight score bias inside, a fade outside
+        # (k -> 0 fades the whole branch out, so a budget of 0 means "no attention here").
+        weights, bias = rank_mask_bias(k_map.flatten(1), k_top)  # (B, N, k_top)
+        qh, kh, vh = (to_head_regions(t, p, self.heads) for t in (q, k, v))  # (B, heads, N, P, d)
+        out = soft_region_attention(qh, kh, vh, idx, bias)  # (B, heads, N, P, d)
+        out = out * weights[:, None, :, :1, None].to(out.dtype)
+        return from_head_regions(out, hp, wp, p), k_map
 
     def _attend_infer(self, q, k, v, x, aux):
         """Hard path: integer k per region, tiers gathered from token rows; returns (map, k map)."""
@@ -134,18 +132,3 @@ class AdaptiveSparseAttention(AttentionBranch):
         if aux is not None:
             aux.setdefault("gathered_regions", []).append(stats["gathered"])
         return out, k_map
-
-    def _soft(self, qr, kr, vr, idx, k_cont):
-        """Training: all k_max regions gathered, rank r weighted by clamp(k - r, 0, 1)."""
-        b, n, pp, c = qr.shape
-        weights, bias = rank_mask_bias(k_cont, idx.shape[-1])  # (B, N, k_max)
-        bi = torch.arange(b, device=qr.device)[:, None, None]
-        out = region_attention(
-            qr.reshape(b * n, pp, c),
-            gather_regions(kr, bi, idx).flatten(0, 1),
-            gather_regions(vr, bi, idx).flatten(0, 1),
-            self.heads,
-            bias.flatten(0, 1),
-        ).view(b, n, pp, c)
-        # k -> 0 fades the whole branch out, so a budget of 0 means "no attention here".
-        return out * weights[..., :1, None].to(out.dtype)

@@ -43,18 +43,23 @@ def pad_to_multiple(x: torch.Tensor, multiple: int) -> tuple[torch.Tensor, int, 
     return x, ph, pw
 
 
-def to_regions(x: torch.Tensor, p: int) -> torch.Tensor:
-    """(B, C, H, W) with H, W multiples of p -> (B, N, p*p, C), N = (H/p)(W/p) regions, row-major."""
+def to_head_regions(x: torch.Tensor, p: int, heads: int) -> torch.Tensor:
+    """(B, C, H, W) with H, W multiples of p -> (B, heads, N, p*p, C/heads), contiguous.
+
+    Each head's tokens of each p x p region, N = (H/p)(W/p) regions row-major: the layout in which
+    one batched matmul serves every (image, head, region). Any memory format in (the view only
+    splits dims); one copy.
+    """
     b, c, h, w = x.shape
-    x = x.view(b, c, h // p, p, w // p, p)
-    return x.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // p) * (w // p), p * p, c)
+    x = x.view(b, heads, c // heads, h // p, p, w // p, p)  # (B, heads, d, Hr, p, Wr, p)
+    return x.permute(0, 1, 3, 5, 4, 6, 2).reshape(b, heads, (h // p) * (w // p), p * p, c // heads)
 
 
-def from_regions(x: torch.Tensor, h: int, w: int, p: int) -> torch.Tensor:
-    """Inverse of :func:`to_regions`: (B, N, p*p, C) -> (B, C, H, W)."""
-    b, _, _, c = x.shape
-    x = x.view(b, h // p, w // p, p, p, c)
-    return x.permute(0, 5, 1, 3, 2, 4).reshape(b, c, h, w)
+def from_head_regions(x: torch.Tensor, h: int, w: int, p: int) -> torch.Tensor:
+    """Inverse of :func:`to_head_regions`: (B, heads, N, p*p, d) -> (B, heads*d, H, W), channels-last."""
+    b, heads, _, _, d = x.shape
+    x = x.view(b, heads, h // p, w // p, p, p, d)  # (B, heads, Hr, Wr, p, p, d)
+    return x.permute(0, 2, 4, 3, 5, 1, 6).reshape(b, h, w, heads * d).permute(0, 3, 1, 2)
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
