@@ -143,6 +143,7 @@ def test_region_means_of_q_and_k_come_from_pooled_x():
     x = torch.randn(2, 24, 12, 16).contiguous(memory_format=torch.channels_last)
     q, k, _ = block.qkv(x).chunk(3, dim=1)
     qm, km = block.pooled_qk(x, 4)
+    assert not qm.requires_grad and not km.requires_grad  # routing only: no autograd graph
     for got, full in ((qm, q), (km, k)):
         want = torch.nn.functional.avg_pool2d(full, 4).flatten(2).transpose(1, 2)  # (B, N, C)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

@@ -104,8 +104,7 @@ class AdaptiveSparseAttention(AttentionBranch):
         n = (hp // p) * (wp // p)
         k_map = self.allocate(xp, n)  # (B, 1, Hr, Wr)
         k_top = min(self.k_max, n)
-        with torch.no_grad():  # routing is a selection: no graph for the pooled projection either
-            idx = pooled_topk(*self.pooled_qk(xp, p), k_top)  # (B, N, k_top), best first, as inference
+        idx = pooled_topk(*self.pooled_qk(xp, p), k_top)  # (B, N, k_top), best first; as inference routes
         # Rank r counts with weight clamp(k - r, 0, 1): a log-weight score bias inside, a fade outside
         # (k -> 0 fades the whole branch out, so a budget of 0 means "no attention here").
         weights, bias = rank_mask_bias(k_map.flatten(1), k_top)  # (B, N, k_top)

@@ -108,8 +108,11 @@ class AttentionBranch(nn.Module):
         """The attention core: q, k, v = ``self.qkv(x)`` split in three; returns (B, C, H, W)."""
         raise NotImplementedError
 
+    @torch.no_grad()
     def pooled_qk(self, x: torch.Tensor, p: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Region means of q and k, (B, N, C) each, from the p x p region means of x.
+
+        They only route (a top-k selection), so no autograd graph is built, in training either.
 
         q and k are a 1x1 conv of x, so their region means are that conv of x's region means: no
         pass over the full-resolution q and k (which, as channel slices of one map, pooling would
