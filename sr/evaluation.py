@@ -17,6 +17,8 @@ from .metrics import psnr, rgb_to_y, ssim
 from .resize import imresize, modcrop
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}
+# Folder names that say nothing about the set (benchmark/Set5/HR): the parent names the set instead.
+GENERIC_DIR_NAMES = {"hr", "gt", "gtmod12", "original", "originals", "images", "image", "test", "val"}
 
 # An upscaler maps an (H, W, 3) uint8 LR image to an (sH, sW, 3) float/uint8 image in [0, 255].
 UpscaleFn = Callable[[np.ndarray], np.ndarray]
@@ -27,6 +29,13 @@ class ImageScore:
     name: str
     psnr: float
     ssim: float
+
+
+def set_name(folder: str | Path) -> str:
+    """The name an HR folder's results go by, in ``sr eval`` tables and in training logs alike:
+    its own name, or its parent's when its own is generic ('DIV2K/HR' -> 'DIV2K', '.' -> the cwd's)."""
+    path = Path(folder).resolve()
+    return path.parent.name if path.name.lower() in GENERIC_DIR_NAMES and path.parent.name else path.name
 
 
 def list_images(folder: str | Path) -> list[Path]:

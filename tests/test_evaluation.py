@@ -20,6 +20,7 @@ from sr.evaluation import (
     model_upscaler,
     score_image,
     score_lr,
+    set_name,
 )
 from sr.metrics import psnr, rgb_to_y, ssim
 from sr.models import build_model
@@ -51,6 +52,14 @@ def test_list_images_sorted_and_filtered(tmp_path: Path) -> None:
     assert names == ["a.JPG", "b.png", "c.bmp", "d.tif", "sub.png"]
     with pytest.raises(FileNotFoundError):
         list_images(tmp_path / "missing")
+
+
+def test_set_name_is_the_folder_or_its_parent_for_generic_names(tmp_path: Path, monkeypatch) -> None:
+    assert set_name("benchmark/Set5") == "Set5"
+    assert set_name(tmp_path / "DIV2K" / "HR") == "DIV2K" and set_name("Set14/gtmod12/") == "Set14"
+    assert set_name(tmp_path / "Urban100" / "images") == "Urban100"
+    monkeypatch.chdir(tmp_path)
+    assert set_name(".") == tmp_path.name  # resolved, not the empty name of "."
 
 
 def test_load_hr_modes(tmp_path: Path, rgb: np.ndarray, gray: np.ndarray) -> None:

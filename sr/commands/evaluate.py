@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from ..evaluation import UpscaleFn
 
 MAX_BICUBIC_SCALE = 8
-# Folder names that say nothing about the set (benchmark/Set5/HR): the parent names the set instead.
-GENERIC_DIR_NAMES = {"hr", "gt", "gtmod12", "original", "originals", "images", "image", "test", "val"}
 # LR file stems carry a scale marker: baby_x2, 0801x2, baby_LRBI_x2, img_001_SRF_2_LR, baby_LR.
 _LR_SUFFIX = re.compile(
     r"(?:[_\-.]?(?:lrbi|lrbd|lrdn|lr|bicubic|bic)?[_\-.]?x\d+|[_\-]srf[_\-]\d+(?:[_\-](?:lr|hr))?|[_\-](?:lr|hr))$",
@@ -94,11 +92,12 @@ class SetResult:
 
 def set_names(dirs: list[Path]) -> list[str]:
     """One unique, descriptive name per HR folder (used in tables and as --save sub-folders)."""
-    names = []
+    from ..evaluation import set_name
+
+    names: list[str] = []
     for d in dirs:
-        d = d.resolve()
-        name = d.parent.name if d.name.lower() in GENERIC_DIR_NAMES and d.parent.name else d.name
-        base, i = name, 2
+        name = base = set_name(d)
+        i = 2
         while name in names:
             name, i = f"{base}-{i}", i + 1
         names.append(name)

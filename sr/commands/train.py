@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..cli import CLIError
-from ..train.config import AMP_CHOICES, FIELDS, LOSS_CHOICES, load_config, val_set_name
+from ..train.config import AMP_CHOICES, FIELDS, LOSS_CHOICES, load_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,13 +32,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         elif name == "best_on":
             p.add_argument(flag, metavar="SET", default=None,
                            help="best.pt = highest validation PSNR: 'mean' over the --val sets or one "
-                                "set's folder name, e.g. Set14 (default: mean)")
+                                "set's name as sr eval prints it, e.g. Set14 (default: mean)")
         else:
             kind = {int: int, float: float}.get(type(default), str)
             p.add_argument(flag, type=kind, default=None, help=f"(default: {default})")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..evaluation import set_name
     from ..train.loop import Trainer
 
     overrides = {name: getattr(args, name) for name in FIELDS}
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
                 raise CLIError(f"{run_dir} has no config.json: not a training run")
             base = json.loads(saved.read_text())
             if "best_on" not in base:  # runs from before --best-on ranked on their first --val set
-                base["best_on"] = val_set_name(base["val"][0]) if base.get("val") else "mean"
+                base["best_on"] = set_name(base["val"][0]) if base.get("val") else "mean"
             base.update({k: v for k, v in overrides.items() if v is not None})
             cfg = load_config(None, **base)
         else:

@@ -56,11 +56,6 @@ class TrainConfig:
         return json.dumps(dataclasses.asdict(self), indent=2)
 
 
-def val_set_name(folder: str) -> str:
-    """The name a --val folder's results go by (log keys, --best-on): its folder name."""
-    return Path(folder).name
-
-
 AMP_CHOICES = ("auto", "bf16", "off")
 LOSS_CHOICES = ("l1", "mse")
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}

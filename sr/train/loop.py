@@ -23,11 +23,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..data import PatchDataset, PatchSampler, build_pairs, check_rescale
-from ..evaluation import evaluate_folder, model_upscaler
+from ..evaluation import evaluate_folder, model_upscaler, set_name
 from ..inference.devices import cpu_has_amx, resolve_device
 from ..models import SRNet, build_config, count_params
 from ..weights import WeightsError, read_metadata
-from .config import AMP_CHOICES, LOSS_CHOICES, TrainConfig, val_set_name
+from .config import AMP_CHOICES, LOSS_CHOICES, TrainConfig
 
 PIXEL_LOSSES = {"l1": F.l1_loss, "mse": F.mse_loss}  # keyed as LOSS_CHOICES (the flag's choices)
 
@@ -119,7 +119,7 @@ def validate(model: SRNet, cfg: TrainConfig, device: torch.device) -> dict[str, 
     results = {}
     for folder in cfg.val:
         scores = evaluate_folder(folder, cfg.scale, upscale)
-        results[val_set_name(folder)] = {
+        results[set_name(folder)] = {
             "psnr": sum(s.psnr for s in scores) / len(scores),
             "ssim": sum(s.ssim for s in scores) / len(scores),
         }
@@ -141,7 +141,7 @@ class Trainer:
         check_rescale(cfg.rescale)
         if cfg.loss not in LOSS_CHOICES:
             raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(LOSS_CHOICES)}")
-        val_names = [val_set_name(folder) for folder in cfg.val]
+        val_names = [set_name(folder) for folder in cfg.val]
         if len(set(val_names)) < len(val_names):  # the names key the logged and ranked results
             raise ValueError(f"--val folders need distinct names, got: {', '.join(val_names)}")
         if val_names and cfg.best_on != "mean" and cfg.best_on not in val_names:

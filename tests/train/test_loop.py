@@ -18,6 +18,8 @@ from PIL import Image
 
 from sr.bench.serve import free_port
 from sr.cli import main as sr_main
+from sr.commands.evaluate import set_names
+from sr.evaluation import set_name
 from sr.models import build_model
 from sr.train.config import LOSS_CHOICES, load_config
 from sr.train.loop import PIXEL_LOSSES, Trainer, lr_at, selection_score, use_bf16_autocast
@@ -240,6 +242,15 @@ def test_best_on_must_name_a_val_set(tmp_path):
         Trainer(_cfg(tmp_path, val=[str(tmp_path / "a" / "Set5"), str(tmp_path / "b" / "Set5")]))
 
 
+def test_val_sets_go_by_the_names_sr_eval_prints(tmp_path, monkeypatch):
+    # generic folder names (DIV2K/HR, Set14/HR) take the parent's, so two such sets stay distinct
+    val = [str(tmp_path / "DIV2K" / "HR"), str(tmp_path / "Set14" / "HR")]
+    _scripted_validation(monkeypatch, {"DIV2K": [30.0], "Set14": [25.0]})
+    best = Trainer(_cfg(tmp_path, steps=1, val=val, val_every=1, best_on="Set14")).fit()
+    assert set(best["results"]) == {"DIV2K", "Set14"} and best["on"] == "Set14"
+    assert set_names([Path(v) for v in val]) == list(best["results"])
+
+
 def test_resumed_run_from_before_best_on_keeps_ranking_on_its_first_set(tmp_path, monkeypatch, capsys):
     # means: 25, 25.5 | 26.25, 26 | 25.25; Set5 alone peaks at step 1
     _scripted_validation(monkeypatch, {"Set5": [30.0, 29.0, 29.5, 28.0, 28.0],
@@ -333,8 +344,9 @@ def test_export_writes_metadata_and_loads(tmp_path):
         model, meta = load_weights(out)
         assert meta["preset"] == "asa-small" and meta["scale"] == "2"
         rec = next(rec for rec in val if rec["step"] == int(meta["steps"]))
-        scores = json.loads(meta["validation"])[Path(cfg.val[0]).name]
-        assert scores["psnr"] == pytest.approx(rec["val_psnr"])  # the exported step's own validation
+        name = set_name(cfg.val[0])  # .../val: a generic name, so the tmp folder's
+        scores = json.loads(meta["validation"])[name]
+        assert scores["psnr"] == pytest.approx(rec[f"{name}_psnr"])  # the exported step's own validation
     assert int(meta["best_step"]) == int(meta["steps"])
     assert meta["loss"] == "l1" and "rescale" not in meta
     bad = _export(tmp_path / "nope.pt", out)
