@@ -5,7 +5,8 @@ Used by ``sr eval`` and by validation during training, so both report the same n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,6 +135,24 @@ def evaluate_folder(
     return scores
 
 
+@contextmanager
+def exact_fp32(device: torch.device) -> Iterator[None]:
+    """Full fp32 convolutions on CUDA for the duration: cuDNN's default TF32 keeps a 10-bit
+    mantissa, which moves PSNR in the third decimal. cuDNN's autotuner is off too: evaluation
+    images come in many sizes, and tuning every conv for each would cost more than it saves.
+    Elsewhere a no-op."""
+    if device.type != "cuda":
+        yield
+        return
+    cudnn = torch.backends.cudnn
+    before = cudnn.allow_tf32, cudnn.benchmark
+    cudnn.allow_tf32, cudnn.benchmark = False, False
+    try:
+        yield
+    finally:
+        cudnn.allow_tf32, cudnn.benchmark = before
+
+
 def model_upscaler(
     model: torch.nn.Module, device: str | torch.device = "cpu", tta: bool = False
 ) -> UpscaleFn:
@@ -147,7 +166,8 @@ def model_upscaler(
     def run(lr: np.ndarray) -> np.ndarray:
         # torch.tensor copies: decoded images are often read-only arrays, which from_numpy warns about
         x = torch.tensor(lr).permute(2, 0, 1)[None].float().div(255).to(device)
-        y = self_ensemble(lambda t: (model(t), None), x)[0] if tta else model(x)
+        with exact_fp32(x.device):
+            y = self_ensemble(lambda t: (model(t), None), x)[0] if tta else model(x)
         y = y.clamp(0, 1).mul(255)
         return y[0].permute(1, 2, 0).cpu().numpy()
 

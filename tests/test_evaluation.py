@@ -175,3 +175,20 @@ def test_published_bicubic_baselines(name: str) -> None:
         # Set14's published SSIMs come from a slightly different copy of the set (its PSNRs run
         # ~0.01 dB higher too); ours are 0.0001-0.0008 below, still inside the tolerance.
         assert mean_ssim == pytest.approx(pub_ssim, abs=0.001), (name, scale)
+
+
+def test_exact_fp32_turns_cudnn_tf32_and_autotuning_off_on_cuda_only_and_restores_them() -> None:
+    from sr.evaluation import exact_fp32
+
+    cudnn = torch.backends.cudnn
+    before = cudnn.allow_tf32, cudnn.benchmark
+    try:
+        cudnn.allow_tf32, cudnn.benchmark = True, True
+        with exact_fp32(torch.device("cpu")):
+            assert cudnn.allow_tf32 and cudnn.benchmark
+        with pytest.raises(RuntimeError), exact_fp32(torch.device("cuda")):
+            assert not cudnn.allow_tf32 and not cudnn.benchmark
+            raise RuntimeError("an evaluation that fails still restores the flags")
+        assert cudnn.allow_tf32 and cudnn.benchmark
+    finally:
+        cudnn.allow_tf32, cudnn.benchmark = before

@@ -107,8 +107,11 @@ def init_lineage(path: str, model: SRNet) -> dict:
 
 @torch.no_grad()
 def ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
-    for e, p in zip(ema.parameters(), model.parameters(), strict=True):
-        e.lerp_(p.detach(), 1 - decay)
+    # one multi-tensor kernel per step on a GPU, not one small launch per parameter
+    ema_params, params = list(ema.parameters()), [p.detach() for p in model.parameters()]
+    if len(ema_params) != len(params):
+        raise ValueError("EMA and model differ in their parameters")
+    torch._foreach_lerp_(ema_params, params, 1 - decay)
     for e, b in zip(ema.buffers(), model.buffers(), strict=True):
         e.copy_(b)
 
@@ -164,6 +167,8 @@ class Trainer:
         if self.device.type == "cpu":
             cores = os.cpu_count() or 1
             torch.set_num_threads(cfg.threads or max(1, cores // self.world))
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed patch shapes: tune each conv once
         torch.manual_seed(cfg.seed)
         self.is_main = self.rank == 0
         self.run_dir = cfg.run_dir
@@ -258,7 +263,8 @@ class Trainer:
             dataset.lr_sizes, cfg.patch, cfg.batch, cfg.steps, cfg.seed, start=self.step, rank=self.rank
         )
         loader = torch.utils.data.DataLoader(
-            dataset, batch_sampler=sampler, num_workers=cfg.workers, persistent_workers=cfg.workers > 0
+            dataset, batch_sampler=sampler, num_workers=cfg.workers, persistent_workers=cfg.workers > 0,
+            pin_memory=self.device.type == "cuda",
         )
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -271,7 +277,10 @@ class Trainer:
             })
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not (self.is_main and sys.stderr.isatty()))
-        t_last, loss_sum, budget_sum, n = time.time(), 0.0, 0.0, 0
+        # loss and budget add up on the device and are read at each log line: a read every step
+        # would make the host wait for the GPU to finish it before queueing the next one
+        zero = torch.zeros((), device=self.device)
+        t_last, loss_sum, budget_sum, n = time.time(), zero.clone(), zero.clone(), 0
         deadline = time.time() + cfg.time_limit * 60 if cfg.time_limit > 0 else None
         timed_out = False
         try:
@@ -292,21 +301,23 @@ class Trainer:
                 self.opt.step()
                 self.step += 1
                 ema_update(self.ema, self.model, min(cfg.ema_decay, (1 + self.step) / (10 + self.step)))
-                loss_sum += pixel.item()
+                loss_sum += pixel.detach()
                 maps = aux.get("budget_maps")
-                budget_sum += float(torch.stack([m.detach().mean() for m in maps]).mean()) if maps else 0.0
+                if maps:
+                    budget_sum += torch.stack([m.detach().float().mean() for m in maps]).mean()
                 n += 1
                 bar.update(1)
                 if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+                    loss_mean, budget_mean = loss_sum.item() / n, budget_sum.item() / n  # GPU: waits
                     now = time.time()
                     self.elapsed += now - t_last
                     rec = {
-                        "step": self.step, "loss": loss_sum / n, "lr": lr_now, "budget_mean": budget_sum / n,
+                        "step": self.step, "loss": loss_mean, "lr": lr_now, "budget_mean": budget_mean,
                         "it_s": n / (now - t_last), "seconds": round(self.elapsed, 1),
                     }
                     bar.set_postfix(loss=f"{rec['loss']:.4f}", it_s=f"{rec['it_s']:.2f}")
                     self.log_line(rec)
-                    t_last, loss_sum, budget_sum, n = now, 0.0, 0.0, 0
+                    t_last, loss_sum, budget_sum, n = now, zero.clone(), zero.clone(), 0
                 if self.step % cfg.val_every == 0 or self.step == cfg.steps:
                     self._validate()
                     t_last = time.time()  # validation time is not training time

@@ -435,3 +435,17 @@ def test_ddp_two_processes_on_cpu(tmp_path):
     assert timed.returncode == 0, timed.stderr[-8000:]
     assert "time limit of 1e-06 min reached: stopped at step 1" in timed.stderr
     assert torch.load(Path(cfg.out) / "ddp-timed" / "last.pt", weights_only=False)["step"] == 1
+
+
+def test_ema_update_moves_each_weight_toward_the_model_and_copies_buffers():
+    from sr.train.loop import ema_update
+
+    model, ema = torch.nn.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
+    with torch.no_grad():
+        model.weight.fill_(2.0), ema.weight.fill_(1.0)
+        model.running_mean.fill_(5.0)
+    ema_update(ema, model, decay=0.75)
+    assert torch.allclose(ema.weight, torch.full((3,), 1.25))  # 0.75 * 1 + 0.25 * 2
+    assert torch.equal(ema.running_mean, model.running_mean)
+    with pytest.raises(ValueError, match="differ"):
+        ema_update(torch.nn.Linear(2, 2, bias=False), torch.nn.Linear(2, 2), decay=0.5)
