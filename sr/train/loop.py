@@ -158,10 +158,15 @@ class Trainer:
         self.device = resolve_device(cfg.device)
         bf16 = use_bf16_autocast(cfg.amp, self.device)
         if self.world > 1:
+            local = int(os.environ.get("LOCAL_RANK", "0"))
+            if self.device.type == "cuda" and local >= torch.cuda.device_count():
+                raise ValueError(
+                    f"torchrun's process {local} has no GPU of its own ({torch.cuda.device_count()} CUDA "
+                    "device(s) here): use --nproc_per_node up to that number, or --device cpu"
+                )
             backend = "nccl" if self.device.type == "cuda" else "gloo"
             dist.init_process_group(backend)
             if self.device.type == "cuda":
-                local = int(os.environ.get("LOCAL_RANK", "0"))
                 self.device = torch.device("cuda", local)
                 torch.cuda.set_device(self.device)
         if self.device.type == "cpu":
@@ -241,7 +246,9 @@ class Trainer:
     def _load(self, path: Path) -> None:
         if not path.is_file():
             raise FileNotFoundError(f"no checkpoint to resume at {path}")
-        ckpt = torch.load(path, map_location=self.device, weights_only=False)
+        # onto the CPU first: load_state_dict copies to the model's device, and the RNG state must
+        # stay a CPU tensor (mapped onto CUDA, torch.set_rng_state refuses it with a TypeError)
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
         self.model.load_state_dict(ckpt["model"])
         self.ema.load_state_dict(ckpt["ema"])
         self.opt.load_state_dict(ckpt["opt"])

@@ -50,7 +50,7 @@ def _cfg(tmp_path: Path, **kw):
     base = dict(
         name="tiny", preset="asa-small", scale=2, train=[str(data)], val=[str(val)], patch=16, batch=4,
         steps=40, lr=2e-3, warmup=5, val_every=20, ckpt_every=10, log_every=5, out=str(tmp_path / "runs"),
-        cache=str(tmp_path / "cache"), threads=1,
+        cache=str(tmp_path / "cache"), threads=1, device="cpu",  # CUDA runs have their own tests
     )
     base.update(kw)
     return load_config(None, **base)
@@ -423,7 +423,7 @@ def test_ddp_two_processes_on_cpu(tmp_path):
                f"--master_port={port}",
                "-m", "sr", "train", "--name", name, "--preset", "asa-small", "--patch", "16", "--batch", "2",
                "--steps", "6", "--train", *cfg.train, "--val", "--out", cfg.out, "--cache", cfg.cache,
-               "--log-every", "2", "--threads", "1", *extra]
+               "--log-every", "2", "--threads", "1", "--device", "cpu", *extra]
         return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
 
     r = torchrun("ddp")
@@ -435,6 +435,34 @@ def test_ddp_two_processes_on_cpu(tmp_path):
     assert timed.returncode == 0, timed.stderr[-8000:]
     assert "time limit of 1e-06 min reached: stopped at step 1" in timed.stderr
     assert torch.load(Path(cfg.out) / "ddp-timed" / "last.pt", weights_only=False)["step"] == 1
+
+
+def test_torchrun_with_more_processes_than_gpus_is_a_clear_error(tmp_path, monkeypatch):
+    import sr.train.loop as loop
+
+    monkeypatch.setattr(loop, "resolve_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(ValueError, match="process 1 has no GPU of its own .1 CUDA device"):
+        Trainer(_cfg(tmp_path, device="cuda", val=[]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_run_stops_resumes_and_exports(tmp_path):
+    cfg = _cfg(tmp_path, device="cuda", steps=12, val_every=6)
+    Trainer(cfg).fit(stop_at=6)
+    Trainer(cfg, resume=True).fit()  # the checkpoint's CPU RNG state must stay on the CPU
+    log = _log(cfg.run_dir)
+    assert [r["device"] for r in log if r.get("event") == "start"] == ["cuda", "cuda"]
+    assert [r["step"] for r in log if r.get("event") == "val"] == [6, 12]
+    assert all(math.isfinite(r["loss"]) for r in log if "loss" in r)
+    out = tmp_path / "w.safetensors"
+    r = _export(cfg.run_dir / "best.pt", out)
+    assert r.returncode == 0, r.stderr
+    model, _ = load_weights(out)  # CUDA-trained weights load on the CPU
+    assert model(torch.rand(1, 3, 16, 16)).shape == (1, 3, 32, 32)
 
 
 def test_ema_update_moves_each_weight_toward_the_model_and_copies_buffers():
