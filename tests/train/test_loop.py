@@ -470,7 +470,8 @@ def test_ema_update_moves_each_weight_toward_the_model_and_copies_buffers():
 
     model, ema = torch.nn.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
     with torch.no_grad():
-        model.weight.fill_(2.0), ema.weight.fill_(1.0)
+        model.weight.fill_(2.0)
+        ema.weight.fill_(1.0)
         model.running_mean.fill_(5.0)
     ema_update(ema, model, decay=0.75)
     assert torch.allclose(ema.weight, torch.full((3,), 1.25))  # 0.75 * 1 + 0.25 * 2
