@@ -3,7 +3,10 @@
 Each HR image of the folder (Set14 by default) is modcropped and shrunk by the model's scale with
 the project's MATLAB bicubic, then upscaled back: by the model (``Upscaler.upscale``, the same path
 as ``sr upscale``, decoding and encoding excluded), by the project's ``imresize``, and by PIL's
-BICUBIC. One warm-up image per method is not timed.
+BICUBIC. One warm-up image per method is not timed. ``--repeat`` times a second pass over the same
+images: the first pass meets each image size for the first time, the second only sizes it has seen,
+so the two tell per-shape setup (such as cuDNN building a plan for every new convolution shape on
+CUDA) from the steady-state speed.
 
 ``--sweep-tile PX`` measures the tiling instead: PSNR of the tiled output against the whole-image
 output, per tile overlap and blend (hard cut, the default cross-fade over the central half of the
@@ -35,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tile", default="auto", help="tile size for the models: auto, 0 (off) or pixels")
     p.add_argument("--max-images", type=int, default=None, help="use only the first N images")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON ('-' = stdout)")
+    p.add_argument("--repeat", action="store_true",
+                   help="also time a second pass over the same images (sizes already seen): per-shape "
+                        "setup shows as a first pass slower than the second")
     p.add_argument("--sweep-tile", type=int, default=None, metavar="PX",
                    help="instead of throughput: PSNR of tiled vs whole-image output with tiles of PX pixels")
     p.add_argument("--sweep-overlaps", default="0,8,16,32", metavar="LIST",
@@ -61,13 +67,17 @@ def _load_images(folder: Path, limit: int | None):
     return images
 
 
-def _time(fn, inputs: list, out_pixels: list[int]) -> tuple[float, float]:
-    """(seconds, output megapixels) for fn over inputs, after one untimed warm-up call."""
+def _time(fn, inputs: list, out_pixels: list[int], passes: int = 1) -> tuple[list[float], float]:
+    """(seconds of each pass, output megapixels of one pass) for fn over inputs, after one untimed
+    warm-up call."""
     fn(inputs[0])
-    start = time.perf_counter()
-    for x in inputs:
-        fn(x)
-    return time.perf_counter() - start, sum(out_pixels) / 1e6
+    seconds = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        for x in inputs:
+            fn(x)
+        seconds.append(time.perf_counter() - start)
+    return seconds, sum(out_pixels) / 1e6
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,20 +123,25 @@ def run(args: argparse.Namespace) -> int:
             ("bicubic (PIL)", lambda im, s=s: im.resize((im.width * s, im.height * s), Image.BICUBIC), pils),
         ]
         for label, fn, inputs in methods:
-            seconds, mp = _time(fn, inputs, out_px)
-            rows.append({"method": label, "scale": s, "images": len(inputs), "output_mp": round(mp, 3),
-                         "seconds": round(seconds, 3), "mp_per_s": round(mp / seconds, 4),
-                         "device": str(up.device) if label == Path(name).stem else "cpu",
-                         "threads": up.threads})
+            (seconds, *again), mp = _time(fn, inputs, out_px, passes=2 if args.repeat else 1)
+            row = {"method": label, "scale": s, "images": len(inputs), "output_mp": round(mp, 3),
+                   "seconds": round(seconds, 3), "mp_per_s": round(mp / seconds, 4),
+                   "device": str(up.device) if label == Path(name).stem else "cpu", "threads": up.threads}
+            if again:
+                row.update(seconds_repeat=round(again[0], 3), mp_per_s_repeat=round(mp / again[0], 4))
+            rows.append(row)
             print(f"  {label} x{s}: {mp / seconds:.3f} MP/s", file=sys.stderr, flush=True)
 
     header = f"{'method':<26} {'scale':>5} {'images':>6} {'out MP':>8} {'seconds':>8} {'MP/s':>9}"
+    if args.repeat:
+        header += f" {'MP/s again':>10}"
     print(f"{len(images)} images from {args.images}; {models[0][1].threads} CPU thread(s)")
     print(header)
     print("-" * len(header))
     for r in rows:
         print(f"{r['method']:<26} {r['scale']:>5} {r['images']:>6} {r['output_mp']:>8.2f} "
-              f"{r['seconds']:>8.2f} {r['mp_per_s']:>9.3f}")
+              f"{r['seconds']:>8.2f} {r['mp_per_s']:>9.3f}"
+              + (f" {r['mp_per_s_repeat']:>10.3f}" if args.repeat else ""))
     _write_json(rows, args.json)
     return 0
 

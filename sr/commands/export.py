@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     recipe = {"loss": cfg.get("loss", TrainConfig.loss)}  # checkpoints older than --loss trained the default
     if cfg.get("rescale"):
         recipe["rescale"] = " ".join(f"{f:g}" for f in cfg["rescale"])
+    if cfg.get("rgb_perm"):
+        recipe["rgb_perm"] = f"{cfg['rgb_perm']:g}"
     lineage = ckpt.get("lineage") or {}
     if lineage:
         recipe["init"] = lineage["from"] + (f" (step {lineage['steps']})" if lineage.get("steps") else "")

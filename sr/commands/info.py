@@ -34,6 +34,7 @@ META_FIELDS = {
     "hardware": "hardware",
     "train_data": "training data",
     "rescale": "rescale (last cycle)",
+    "rgb_perm": "RGB reorder share (last cycle)",
     "loss": "loss (last cycle)",
     "validation": "validation",
 }

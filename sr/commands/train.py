@@ -24,6 +24,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             p.add_argument(flag, nargs="*", type=float, default=None, metavar="FACTOR",
                            help="also train on each HR image downscaled by these factors in (0, 1), "
                                 "e.g. 0.9 0.8 0.7 0.6 (default: none)")
+        elif name == "rgb_perm":
+            p.add_argument(flag, type=float, default=None, metavar="SHARE",
+                           help="share of crops, in [0, 1], whose RGB channels are reordered: colour "
+                                "augmentation for a small training set (default: 0)")
         elif name == "amp":
             p.add_argument(flag, choices=AMP_CHOICES, default=None,
                            help="bf16 autocast; auto = on CUDA and AMX CPUs, else fp32 (default: auto)")

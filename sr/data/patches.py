@@ -102,8 +102,16 @@ def build_pairs(
     return pairs, skipped
 
 
+# the six orders of the RGB channels; spec index 0 keeps them
+CHANNEL_ORDERS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
+
+
 class PatchSampler(torch.utils.data.Sampler):
-    """Yields one batch of crop specs (image, y, x, flip_h, flip_v, rot90) per step from ``start``."""
+    """Yields one batch of crop specs (image, y, x, flip_h, flip_v, rot90, channel order) per step
+    from ``start``. With ``rgb_perm`` > 0, that share of the crops gets one of the five other
+    channel orders: the bicubic LR is made per channel, so a reordered pair is still an exact pair,
+    and a small training set gains colours it lacks (as in Yoo et al. 2020, "Rethinking data
+    augmentation for image super-resolution")."""
 
     def __init__(
         self,
@@ -114,8 +122,11 @@ class PatchSampler(torch.utils.data.Sampler):
         seed: int,
         start: int = 0,
         rank: int = 0,
+        rgb_perm: float = 0.0,
     ) -> None:
-        self.sizes, self.lr_patch, self.batch = list(sizes), lr_patch, batch
+        if not 0 <= rgb_perm <= 1:
+            raise ValueError(f"--rgb-perm must lie in [0, 1], got {rgb_perm}")
+        self.sizes, self.lr_patch, self.batch, self.rgb_perm = list(sizes), lr_patch, batch, rgb_perm
         self.steps, self.seed, self.start, self.rank = steps, seed, start, rank
         area = np.array([h * w for h, w in self.sizes], dtype=np.float64)
         self.weights = area / area.sum()  # big images hold more distinct patches: sample them more
@@ -128,7 +139,10 @@ class PatchSampler(torch.utils.data.Sampler):
             h, w = self.sizes[i]
             y, x = rng.integers(0, h - self.lr_patch + 1), rng.integers(0, w - self.lr_patch + 1)
             fh, fv, rot = rng.integers(0, 2, size=3)
-            specs.append((int(i), int(y), int(x), int(fh), int(fv), int(rot)))
+            order = 0
+            if self.rgb_perm > 0 and rng.random() < self.rgb_perm:  # draws nothing when off: old runs replay
+                order = int(rng.integers(1, len(CHANNEL_ORDERS)))
+            specs.append((int(i), int(y), int(x), int(fh), int(fv), int(rot), order))
         return specs
 
     def __iter__(self) -> Iterator[list[tuple[int, ...]]]:
@@ -139,7 +153,9 @@ class PatchSampler(torch.utils.data.Sampler):
         return max(0, self.steps - self.start)
 
 
-def _augment(img: np.ndarray, fh: int, fv: int, rot: int) -> np.ndarray:
+def _augment(img: np.ndarray, fh: int, fv: int, rot: int, order: int) -> np.ndarray:
+    if order:
+        img = img[:, :, CHANNEL_ORDERS[order]]
     if fh:
         img = img[:, ::-1]
     if fv:
@@ -163,11 +179,11 @@ class PatchDataset(torch.utils.data.Dataset):
         return len(self.pairs)
 
     def __getitem__(self, spec: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-        i, y, x, fh, fv, rot = spec
+        i, y, x, *aug = spec
         hr, lr = self.pairs[i]
         p, s = self.lr_patch, self.scale
-        lr_crop = _augment(lr[y : y + p, x : x + p], fh, fv, rot)
-        hr_crop = _augment(hr[y * s : (y + p) * s, x * s : (x + p) * s], fh, fv, rot)
+        lr_crop = _augment(lr[y : y + p, x : x + p], *aug)
+        hr_crop = _augment(hr[y * s : (y + p) * s, x * s : (x + p) * s], *aug)
 
         def to_tensor(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).float().div_(255)

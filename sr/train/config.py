@@ -23,6 +23,7 @@ class TrainConfig:
     val: list[str] = field(default_factory=lambda: ["../shared/datasets/benchmark/Set5"])
     patch: int = 48  # LR patch side
     rescale: list[float] = field(default_factory=list)  # extra HR copies downscaled by these factors
+    rgb_perm: float = 0.0  # share of crops whose RGB channels are reordered (colour augmentation)
     batch: int = 16
     steps: int = 100_000
     lr: float = 1e-3

@@ -142,6 +142,8 @@ class Trainer:
         if not 0 <= cfg.cycle_start < cfg.steps:
             raise ValueError(f"--cycle-start {cfg.cycle_start} must lie in [0, --steps {cfg.steps})")
         check_rescale(cfg.rescale)
+        if not 0 <= cfg.rgb_perm <= 1:
+            raise ValueError(f"--rgb-perm must lie in [0, 1], got {cfg.rgb_perm}")
         if cfg.loss not in LOSS_CHOICES:
             raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(LOSS_CHOICES)}")
         val_names = [set_name(folder) for folder in cfg.val]
@@ -267,7 +269,8 @@ class Trainer:
         pairs, skipped = build_pairs(cfg.train, cfg.scale, cfg.patch, cfg.cache, cfg.rescale)
         dataset = PatchDataset(pairs, cfg.scale, cfg.patch)
         sampler = PatchSampler(
-            dataset.lr_sizes, cfg.patch, cfg.batch, cfg.steps, cfg.seed, start=self.step, rank=self.rank
+            dataset.lr_sizes, cfg.patch, cfg.batch, cfg.steps, cfg.seed, start=self.step, rank=self.rank,
+            rgb_perm=cfg.rgb_perm,
         )
         loader = torch.utils.data.DataLoader(
             dataset, batch_sampler=sampler, num_workers=cfg.workers, persistent_workers=cfg.workers > 0,

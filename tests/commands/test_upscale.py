@@ -285,7 +285,13 @@ def test_bench_upscale_reports_models_and_bicubic(tmp_path, tiny, capsys):
     assert [r["method"] for r in rows] == ["tiny-x2", "bicubic (sr imresize)", "bicubic (PIL)"]
     assert all(r["mp_per_s"] > 0 and r["images"] == 2 for r in rows)
     assert all(r["output_mp"] == round(2 * 96 * 80 / 1e6, 3) for r in rows)
+    assert all("mp_per_s_repeat" not in r for r in rows)
     assert "MP/s" in capsys.readouterr().out
+    assert main(["bench", "upscale", "--model", tiny, "--images", str(tmp_path / "hr"), "--threads", "1",
+                 "--repeat", "--json", str(report)]) == 0
+    rows = json.loads(report.read_text())
+    assert all(r["mp_per_s_repeat"] > 0 and r["seconds_repeat"] >= 0 for r in rows)
+    assert "MP/s again" in capsys.readouterr().out
     sweep = tmp_path / "sweep.json"
     assert main(["bench", "upscale", "--model", tiny, "--images", str(tmp_path / "hr"), "--threads", "1",
                  "--sweep-tile", "32", "--sweep-overlaps", "0,4", "--json", str(sweep)]) == 0

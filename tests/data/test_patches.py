@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 
 from sr.data import PatchDataset, PatchSampler, build_pairs
+from sr.data.patches import CHANNEL_ORDERS
 from sr.resize import imresize
 
 
@@ -93,9 +94,39 @@ def test_crops_stay_aligned_under_every_augmentation():
     for fh in (0, 1):
         for fv in (0, 1):
             for rot in (0, 1):
-                lr_t, hr_t = ds[(0, 3, 5, fh, fv, rot)]
-                assert lr_t.shape == (3, 6, 6) and hr_t.shape == (3, 12, 12)
-                torch.testing.assert_close(hr_t[:, ::2, ::2], lr_t)
+                for order in range(len(CHANNEL_ORDERS)):
+                    lr_t, hr_t = ds[(0, 3, 5, fh, fv, rot, order)]
+                    assert lr_t.shape == (3, 6, 6) and hr_t.shape == (3, 12, 12)
+                    torch.testing.assert_close(hr_t[:, ::2, ::2], lr_t)
+
+
+def test_channel_order_reorders_both_images_the_same_way():
+    lr = np.zeros((8, 8, 3), dtype=np.uint8)
+    lr[..., 0], lr[..., 1], lr[..., 2] = 10, 20, 30
+    hr = lr.repeat(2, axis=0).repeat(2, axis=1)
+    ds = PatchDataset([(hr, lr)], scale=2, lr_patch=4)
+    plain_lr, _ = ds[(0, 0, 0, 0, 0, 0, 0)]
+    assert plain_lr[:, 0, 0].mul(255).round().tolist() == [10, 20, 30]
+    lr_t, hr_t = ds[(0, 0, 0, 0, 0, 0, 5)]  # (2, 1, 0): blue, green, red
+    assert lr_t[:, 0, 0].mul(255).round().tolist() == [30, 20, 10]
+    assert hr_t[:, 0, 0].mul(255).round().tolist() == [30, 20, 10]
+
+
+def test_rgb_perm_share_and_replay():
+    sizes = [(50, 50)]
+    off = PatchSampler(sizes, lr_patch=8, batch=4, steps=10, seed=3)
+    on = PatchSampler(sizes, lr_patch=8, batch=4, steps=10, seed=3, rgb_perm=0.5)
+    assert all(s[6] == 0 for batch in off for s in batch)
+    orders = [s[6] for step in range(400) for s in on.batch_specs(step)]
+    share = np.mean(np.array(orders) > 0)
+    assert 0.45 < share < 0.55 and set(orders) == set(range(len(CHANNEL_ORDERS)))
+    resumed = PatchSampler(sizes, lr_patch=8, batch=4, steps=10, seed=3, rgb_perm=0.5, start=4)
+    assert list(resumed) == list(on)[4:]
+    always = PatchSampler(sizes, lr_patch=8, batch=4, steps=10, seed=3, rgb_perm=1.0)
+    assert all(s[6] > 0 for batch in always for s in batch)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="--rgb-perm"):
+            PatchSampler(sizes, lr_patch=8, batch=4, steps=10, seed=3, rgb_perm=bad)
 
 
 def test_sampler_is_a_pure_function_of_step_and_rank():

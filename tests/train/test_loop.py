@@ -119,7 +119,7 @@ def test_loss_falls_and_validation_logged(tmp_path):
 
 
 def test_rescale_trains_on_the_downscaled_copies_too(tmp_path):
-    cfg = _cfg(tmp_path, steps=2, val=[], rescale=[0.75])
+    cfg = _cfg(tmp_path, steps=2, val=[], rescale=[0.75], rgb_perm=0.5)
     Trainer(cfg).fit()
     start = next(r for r in _log(cfg.run_dir) if r.get("event") == "start")
     assert start["images"] == 8  # 4 textures + their x0.75 copies
@@ -128,6 +128,7 @@ def test_rescale_trains_on_the_downscaled_copies_too(tmp_path):
     assert _export(cfg.run_dir / "last.pt", out).returncode == 0
     _, meta = load_weights(out)
     assert meta["rescale"] == "0.75" and meta["loss"] == "l1"  # the recipe travels with the weights
+    assert meta["rgb_perm"] == "0.5"
 
 
 def test_mse_loss_is_what_trains_and_is_logged(tmp_path):
@@ -348,7 +349,7 @@ def test_export_writes_metadata_and_loads(tmp_path):
         scores = json.loads(meta["validation"])[name]
         assert scores["psnr"] == pytest.approx(rec[f"{name}_psnr"])  # the exported step's own validation
     assert int(meta["best_step"]) == int(meta["steps"])
-    assert meta["loss"] == "l1" and "rescale" not in meta
+    assert meta["loss"] == "l1" and "rescale" not in meta and "rgb_perm" not in meta
     bad = _export(tmp_path / "nope.pt", out)
     assert bad.returncode != 0 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -399,6 +400,9 @@ def test_bad_config_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "sr", "train", "--rescale", "0.8", "1.5",
                         "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "--rescale factors must lie in (0, 1), got 1.5" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "sr", "train", "--rgb-perm", "2", "--out", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 2 and "--rgb-perm must lie in [0, 1], got 2.0" in r.stderr
     r = subprocess.run([sys.executable, "-m", "sr", "train", "--loss", "huber", "--out", str(tmp_path)],
                        cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "argument --loss: invalid choice: 'huber'" in r.stderr
