@@ -65,6 +65,12 @@ def check_rescale(factors: Sequence[float]) -> tuple[float, ...]:
     return tuple(dict.fromkeys(float(f) for f in factors))
 
 
+def check_rgb_perm(share: float) -> float:
+    if not 0 <= share <= 1:
+        raise ValueError(f"--rgb-perm must lie in [0, 1], got {share}")
+    return share
+
+
 def build_pairs(
     folders: Sequence[str | Path],
     scale: int,
@@ -124,9 +130,8 @@ class PatchSampler(torch.utils.data.Sampler):
         rank: int = 0,
         rgb_perm: float = 0.0,
     ) -> None:
-        if not 0 <= rgb_perm <= 1:
-            raise ValueError(f"--rgb-perm must lie in [0, 1], got {rgb_perm}")
-        self.sizes, self.lr_patch, self.batch, self.rgb_perm = list(sizes), lr_patch, batch, rgb_perm
+        self.sizes, self.lr_patch, self.batch = list(sizes), lr_patch, batch
+        self.rgb_perm = check_rgb_perm(rgb_perm)
         self.steps, self.seed, self.start, self.rank = steps, seed, start, rank
         area = np.array([h * w for h, w in self.sizes], dtype=np.float64)
         self.weights = area / area.sum()  # big images hold more distinct patches: sample them more

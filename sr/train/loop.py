@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..data import PatchDataset, PatchSampler, build_pairs, check_rescale
+from ..data import PatchDataset, PatchSampler, build_pairs, check_rescale, check_rgb_perm
 from ..evaluation import evaluate_folder, model_upscaler, set_name
 from ..inference.devices import cpu_has_amx, resolve_device
 from ..models import SRNet, build_config, count_params
@@ -142,8 +142,7 @@ class Trainer:
         if not 0 <= cfg.cycle_start < cfg.steps:
             raise ValueError(f"--cycle-start {cfg.cycle_start} must lie in [0, --steps {cfg.steps})")
         check_rescale(cfg.rescale)
-        if not 0 <= cfg.rgb_perm <= 1:
-            raise ValueError(f"--rgb-perm must lie in [0, 1], got {cfg.rgb_perm}")
+        check_rgb_perm(cfg.rgb_perm)
         if cfg.loss not in LOSS_CHOICES:
             raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(LOSS_CHOICES)}")
         val_names = [set_name(folder) for folder in cfg.val]
