@@ -3,6 +3,7 @@
 from .engine import (
     ALPHA_MODES,
     DEFAULT_TILE_OVERLAP,
+    UpscaleCancelled,
     UpscaleError,
     Upscaler,
     UpscaleResult,
@@ -14,6 +15,7 @@ from .heatmap import budget_heatmap
 __all__ = [
     "ALPHA_MODES",
     "DEFAULT_TILE_OVERLAP",
+    "UpscaleCancelled",
     "UpscaleError",
     "UpscaleResult",
     "Upscaler",

@@ -15,6 +15,7 @@ import math
 import numbers
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,13 @@ AUTO_TILE_MAX = {"cpu": 1024, "mps": 1024, "cuda": 2048}
 
 class UpscaleError(ValueError):
     """Bad arguments: unknown model or device, unavailable scale, bad outscale/size, bad image."""
+
+
+class UpscaleCancelled(RuntimeError):
+    """The caller's ``should_stop`` said stop (client gone, deadline passed): the work was abandoned."""
+
+
+StopCheck = Callable[[], bool]
 
 
 @dataclass
@@ -322,7 +330,8 @@ class Upscaler:
         return (lambda a: self._run_tile(loaded, a, with_budget_map)), loaded.align
 
     def _run_tile(
-        self, loaded: _Loaded, arr: np.ndarray, want_budget: bool, tta: bool = False
+        self, loaded: _Loaded, arr: np.ndarray, want_budget: bool, tta: bool = False,
+        should_stop: StopCheck | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """(h, w, C) float32 -> ((s*h, s*w, C) float32 in [0, 1], budget (h, w) or None)."""
         h, w, c = arr.shape
@@ -332,6 +341,10 @@ class Upscaler:
         x = x.to(device=self.device, dtype=self.dtype)
 
         def net(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            # Checked before every forward (each tile, ensemble view and pass): the finest point at
+            # which a running torch call can be abandoned.
+            if should_stop is not None and should_stop():
+                raise UpscaleCancelled("upscaling cancelled")
             t = t.contiguous(memory_format=self.memory_format)
             aux: dict | None = {} if want_budget else None
             y = loaded.net(t, aux)  # (1, 3, sh, sw)
@@ -349,15 +362,19 @@ class Upscaler:
         return out, budget
 
     def _run_pass(
-        self, loaded: _Loaded, pixels: np.ndarray, want_budget: bool, tta: bool = False
+        self, loaded: _Loaded, pixels: np.ndarray, want_budget: bool, tta: bool = False,
+        should_stop: StopCheck | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
         h, w = pixels.shape[:2]
         tile = self._tile_for(loaded, h, w)
+
+        def run(a: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+            return self._run_tile(loaded, a, want_budget, tta, should_stop)
+
         while True:
             try:
                 return run_tiled(
-                    pixels, lambda a: self._run_tile(loaded, a, want_budget, tta), loaded.scale, tile,
-                    self.tile_overlap, loaded.align, want_budget,
+                    pixels, run, loaded.scale, tile, self.tile_overlap, loaded.align, want_budget
                 )
             except (RuntimeError, MemoryError) as e:
                 if self.device.type not in ("cuda", "mps") or not _is_oom(e):
@@ -370,12 +387,13 @@ class Upscaler:
                 tile = smaller  # retry the whole pass with half the tile (the plan changes)
 
     def _run_passes(
-        self, pixels: np.ndarray, passes: list[int], want_budget: bool, tta: bool = False
+        self, pixels: np.ndarray, passes: list[int], want_budget: bool, tta: bool = False,
+        should_stop: StopCheck | None = None,
     ) -> tuple[np.ndarray, list[np.ndarray], list[str]]:
         maps, names = [], []
         for s in passes:
             loaded = self._get(s)
-            pixels, budget = self._run_pass(loaded, pixels, want_budget, tta)
+            pixels, budget = self._run_pass(loaded, pixels, want_budget, tta, should_stop)
             names.append(loaded.name)
             if budget is not None:
                 maps.append(budget)
@@ -391,6 +409,7 @@ class Upscaler:
         alpha_mode: str = "bicubic",
         with_budget_map: bool = False,
         tta: bool = False,
+        should_stop: StopCheck | None = None,
     ) -> UpscaleResult:
         """Upscale a decoded image (``sr.io.DecodedImage``).
 
@@ -399,7 +418,9 @@ class Upscaler:
         reached by the fewest model passes, then MATLAB-bicubic resizing. ``alpha_mode``: 'bicubic'
         resizes the alpha channel, 'model' runs it through the network as gray. ``tta`` averages the
         network over the 8 flips/rotations of each tile (:mod:`sr.inference.ensemble`): ~0.1-0.2 dB
-        better, 8x the compute.
+        better, 8x the compute. ``should_stop``, if given, is polled before every network forward
+        (each tile, ensemble view and pass); when it returns True the call raises
+        :class:`UpscaleCancelled` and the rest of the work is skipped.
         """
         start = time.perf_counter()
         pixels = getattr(img, "pixels", None)
@@ -416,14 +437,14 @@ class Upscaler:
         alpha = getattr(img, "alpha", None)
         with torch.inference_mode():
             pixels = pixels.astype(np.float32, copy=False)
-            out, maps, names = self._run_passes(pixels, passes, with_budget_map, tta)
+            out, maps, names = self._run_passes(pixels, passes, with_budget_map, tta, should_stop)
             if out.shape[:2] != (out_h, out_w):
                 out = np.clip(resize_to(out, out_h, out_w), 0, 1)
             out_alpha = None
             if alpha is not None:
                 a = np.asarray(alpha, dtype=np.float32)
                 if alpha_mode == "model":
-                    a = self._run_passes(a[:, :, None], passes, False, tta)[0][:, :, 0]
+                    a = self._run_passes(a[:, :, None], passes, False, tta, should_stop)[0][:, :, 0]
                 out_alpha = np.clip(resize_to(a, out_h, out_w), 0, 1) if a.shape != (out_h, out_w) else a
         budget = None
         if with_budget_map and maps:

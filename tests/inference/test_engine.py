@@ -265,3 +265,32 @@ def test_lazy_loading_is_shared_across_threads(weights_dir):
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(lambda _: up.upscale(img, scale=4), range(8)))
     assert list(up._models) == [4]
+
+
+# -- cancellation ------------------------------------------------------------------------------
+def test_should_stop_cancels_between_tiles(tiny_x2):
+    from sr.inference import UpscaleCancelled
+
+    up = Upscaler(tiny_x2, device="cpu", tile=64, tile_overlap=8, threads=1)
+    polls = []
+
+    def stop_after_three() -> bool:
+        polls.append(1)
+        return len(polls) > 3
+
+    with pytest.raises(UpscaleCancelled):
+        up.upscale(DecodedImage(texture(200, 200)), should_stop=stop_after_three)
+    assert len(polls) == 4  # three tiles ran, the fourth was refused before its forward
+    # the same Upscaler serves the next call normally
+    res = up.upscale(DecodedImage(texture(20, 20)), should_stop=lambda: False)
+    assert res.image.pixels.shape == (40, 40, 3)
+
+
+def test_should_stop_is_polled_per_ensemble_view(up):
+    from sr.inference import UpscaleCancelled
+
+    polls = []
+    with pytest.raises(UpscaleCancelled):
+        up.upscale(DecodedImage(texture(16, 16)), tta=True,
+                   should_stop=lambda: polls.append(1) or len(polls) > 2)
+    assert len(polls) == 3
