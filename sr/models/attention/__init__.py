@@ -11,6 +11,23 @@ from .topk import TopkAttention
 from .window import WindowAttention, shift_mask
 
 ATTENTION_KINDS = ("none", "dense", "window", "topk", "adaptive")
+ATTENTION_PATHS = ("tiered", "static")
+
+
+def set_attention_path(model: nn.Module, path: str) -> int:
+    """Choose the routed attention's inference path for every block of ``model``.
+
+    'tiered' (the default) groups regions by their integer k, so compute follows the budget: fastest
+    on CPU. 'static' gathers k_max regions for every region and masks by the budget: the same output
+    in fixed shapes, with no host reads, for GPUs, ``torch.compile`` and ONNX. Returns how many
+    blocks it set (0 for a network without routed attention). Training is unaffected.
+    """
+    if path not in ATTENTION_PATHS:
+        raise ValueError(f"unknown attention path {path!r}; choose from {', '.join(ATTENTION_PATHS)}")
+    blocks = [m for m in model.modules() if isinstance(m, (AdaptiveSparseAttention, TopkAttention))]
+    for m in blocks:
+        m.static = path == "static"
+    return len(blocks)
 
 
 def make_attention(
@@ -46,6 +63,7 @@ def make_attention(
 
 __all__ = [
     "ATTENTION_KINDS",
+    "ATTENTION_PATHS",
     "AdaptiveSparseAttention",
     "AttentionBranch",
     "BudgetGate",
@@ -54,5 +72,6 @@ __all__ = [
     "WindowAttention",
     "attention",
     "make_attention",
+    "set_attention_path",
     "shift_mask",
 ]

@@ -4,7 +4,9 @@ A small gate reads each p x p region's local statistics (mean and variance of th
 decides how many key regions k it attends to, between k_min and k_max, normalised so the mean over
 the image is the target budget: flat regions get little (k = 0 skips attention), edges and texture
 more. Training uses a soft top-k over ranks (differentiable in k); inference uses hard top-k,
-grouping regions by their k so that compute follows the budget.
+grouping regions by their k so that compute follows the budget, or, with ``static = True``, the same
+hard top-k in fixed shapes (k_max regions gathered everywhere, the budget as a mask): no host reads,
+for GPUs, ``torch.compile`` and ONNX export.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from .common import AttentionBranch, from_head_regions, pad_to_multiple, to_head_regions
-from .routing import pooled_topk, rank_mask_bias, routed_attention, soft_region_attention
+from .routing import (
+    pooled_topk,
+    rank_mask_bias,
+    routed_attention,
+    soft_region_attention,
+    static_routed_attention,
+)
 
 
 class BudgetGate(nn.Module):
@@ -69,24 +77,28 @@ class AdaptiveSparseAttention(AttentionBranch):
             raise ValueError(f"need 0 <= k_min <= budget <= k_max, got {k_min}, {budget}, {k_max}")
         self.region, self.k_min, self.k_max, self.budget = region, k_min, k_max, float(budget)
         self.gate = BudgetGate(dim, region, detail_prior=detail_prior)
+        self.static = False  # inference path: tiered (False) or fixed-shape (True); see set_attention_path
 
     def allocate(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """Continuous per-region k: (B, 1, Hr, Wr) in [k_min, min(k_max, N)], mean ~ budget."""
-        k_max = min(self.k_max, n)
-        budget = min(self.budget, k_max)
+        # sym_min: with symbolic sizes (torch.compile, ONNX export) no guard on N >= k_max
+        k_max = torch.sym_min(self.k_max, n)
+        budget = torch.sym_min(self.budget, k_max)
         score = self.gate(x)
         k = budget * score / score.mean(dim=(2, 3), keepdim=True).clamp_min(1e-20)
         # Water-filling: what regions lose to the k_max cap goes back to the others, keeping the mean.
         for _ in range(2):
             k = k.clamp(max=k_max)
             k = k * (budget / k.mean(dim=(2, 3), keepdim=True).clamp_min(1e-20))
-        return k.clamp(min(self.k_min, k_max), k_max)
+        return k.clamp(torch.sym_min(self.k_min, k_max), k_max)
 
     def attend(self, q, k, v, x, aux):
         b, c, h, w = q.shape
         p = self.region
         if self.training and torch.is_grad_enabled():
             out, k_map = self._attend_train(q, k, v, x)
+        elif self.static:
+            out, k_map = self._attend_static(q, k, v, x)
         else:
             out, k_map = self._attend_infer(q, k, v, x, aux)
         if aux is not None:
@@ -94,7 +106,10 @@ class AdaptiveSparseAttention(AttentionBranch):
                 F.interpolate(k_map, scale_factor=p, mode="nearest")[:, :, :h, :w]
             )
             aux["budget_loss"] = aux.get("budget_loss", 0.0) + (k_map.mean() / self.budget - 1) ** 2
-        return out[:, :, :h, :w]
+        out = out[:, :, :h, :w]
+        # A fresh channels-last copy: the crop's strides depend on the padding, and the layout checks
+        # of the ops after it would guard on them, i.e. recompile per size class under torch.compile.
+        return out.clone(memory_format=torch.channels_last) if self.static and not self.training else out
 
     def _attend_train(self, q, k, v, x):
         """Soft path on (B, heads, N, P, d) region tokens; returns (padded output map, continuous k map)."""
@@ -112,6 +127,16 @@ class AdaptiveSparseAttention(AttentionBranch):
         out = soft_region_attention(qh, kh, vh, idx, bias)  # (B, heads, N, P, d)
         out = out * weights[:, None, :, :1, None].to(out.dtype)
         return from_head_regions(out, hp, wp, p), k_map
+
+    def _attend_static(self, q, k, v, x):
+        """Fixed-shape hard path (:func:`static_routed_attention`); returns (padded map, integer k map)."""
+        p = self.region
+        q, k, v, xp = (pad_to_multiple(t, p, always=True)[0] for t in (q, k, v, x))
+        n = (q.shape[-2] // p) * (q.shape[-1] // p)
+        k_map = (self.allocate(xp, n) + 0.5).floor()  # the tiered path's integer budgets, (B, 1, Hr, Wr)
+        out = static_routed_attention(q, k, v, self.pooled_qk(xp, p), k_map.flatten(1), self.k_max,
+                                      self.heads, p)
+        return out, k_map
 
     def _attend_infer(self, q, k, v, x, aux):
         """Hard path: integer k per region, tiers gathered from token rows; returns (map, k map)."""

@@ -29,15 +29,19 @@ def attention(
     return weights @ v, weights
 
 
-def pad_to_multiple(x: torch.Tensor, multiple: int) -> tuple[torch.Tensor, int, int]:
+def pad_to_multiple(x: torch.Tensor, multiple: int, always: bool = False) -> tuple[torch.Tensor, int, int]:
     """Pad (B, C, H, W) on the bottom/right to multiples of ``multiple``; returns (x, pad_h, pad_w).
 
     Reflect padding keeps padded tokens image-like (no zero tokens soaking up attention); tiny maps
-    fall back to replicate, which reflect cannot do.
+    fall back to replicate, which reflect cannot do. ``always`` pads even by zero: no branch on the
+    size, so a graph traced with symbolic sizes (torch.compile, ONNX export) holds for every size.
     """
     h, w = x.shape[-2:]
-    ph, pw = (-h) % multiple, (-w) % multiple
-    if ph or pw:
+    # (-h) % multiple, written as "round up, subtract": the padded size is then a plain product
+    # (regions x multiple), which keeps symbolic shapes small when traced
+    ph = (h + multiple - 1) // multiple * multiple - h
+    pw = (w + multiple - 1) // multiple * multiple - w
+    if always or ph or pw:
         mode = "reflect" if ph < h and pw < w else "replicate"
         x = F.pad(x, (0, pw, 0, ph), mode=mode)
     return x, ph, pw

@@ -8,6 +8,12 @@ Two layouts: training uses (B, heads, N, P, d) region tokens (``to_head_regions`
 the maps as token rows (B*H*W, C) (``token_rows``: a view of a channels-last map, no copy) and gathers each
 tier's query and key tokens straight from them, so the only copies are the gathers themselves, which
 follow the budget, and the scatter of the outputs.
+
+The tiered inference path reads the budgets on the host and loops over tiers of data-dependent size:
+cheapest on CPU, where compute follows the budget, but a host sync and a new kernel shape per tier
+on a GPU, and opaque to ``torch.compile`` and ONNX. :func:`static_routed_attention` is the same
+attention with fixed shapes: k_max key regions for every query region, the per-region budget applied
+as a mask, no host reads and no Python loops whose trip count depends on the data or the size.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .common import large_negative
+from .common import from_head_regions, large_negative, to_head_regions
 
 
 def topk_indices(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -199,6 +205,43 @@ def routed_attention(
     rows = tiered_attention(token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_int, heads,
                             stats=stats)
     return from_token_rows(rows, b, h, w)
+
+
+def static_topk(qc: torch.Tensor, kc: torch.Tensor, k: int) -> torch.Tensor:
+    """Exact top-k of pooled scores in fixed shapes: qc, kc (B, N, C) -> (B, N, k) int64, best first.
+
+    One (B, N, N) score matrix (no chunk loop, whose trip count would follow N) and ``k`` columns of
+    -inf appended, so ``k`` may exceed N without a shape-dependent branch; ranks past N then point at
+    a padding column and are clamped to a valid region id (the budget, at most N, masks them out).
+    Memory: N^2 scores per image, so callers bound N by tiling (a 512-px tile at stride 2 and 4x4
+    regions has N = 1024).
+    """
+    b, n, _ = qc.shape
+    scores = qc @ kc.transpose(1, 2)  # (B, N, N)
+    scores = torch.cat([scores, scores.new_full((b, n, k), float("-inf"))], dim=-1)  # (B, N, N + k)
+    return scores.topk(k, dim=-1).indices.clamp(max=n - 1)
+
+
+def static_routed_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, means: tuple[torch.Tensor, torch.Tensor],
+    k_int: torch.Tensor, k_max: int, heads: int, p: int,
+) -> torch.Tensor:
+    """Fixed-shape inference path of ``topk`` and ``adaptive``: the tiered path's output, no host reads.
+
+    q, k, v: (B, C, H, W) with H and W multiples of p; means: the (B, N, C) region means of q and k;
+    k_int: (B, N) integer budget per query region (any float dtype or int64), 0 <= k_int <= min(k_max, N);
+    k_max: a Python int, the number of key regions gathered for every query region. Rank r of a query
+    region counts iff r < k_int (score bias 0 or a large negative, the soft top-k of training at
+    integer k), and a region with k_int = 0 gets zero output, as the tiered path skips it.
+    Returns (B, C, H, W), channels-last.
+    """
+    b, c, h, w = q.shape
+    idx = static_topk(*means, k_max)  # (B, N, k_max)
+    weights, bias = rank_mask_bias(k_int.float(), k_max)  # (B, N, k_max): 1 / 0 and 0 / large negative
+    qh, kh, vh = (to_head_regions(t, p, heads) for t in (q, k, v))  # (B, heads, N, P, d)
+    out = soft_region_attention(qh, kh, vh, idx, bias)  # (B, heads, N, P, d)
+    out = out * weights[:, None, :, :1, None].to(out.dtype)  # rank 0's weight is 0 iff k_int = 0
+    return from_head_regions(out, h, w, p)
 
 
 def soft_region_attention(
