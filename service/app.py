@@ -5,14 +5,17 @@ from ``SR_*`` environment variables, for ``uvicorn service.app:app``.
 
 Status codes (errors are JSON ``{"detail": "..."}``):
   400 empty upload, corrupt or truncated image      401 API key missing or wrong (when configured)
+  408 the upload stalled (no data for the body timeout)
   413 upload over the byte limit / image over the pixel limit
-  415 not an image at all, or an animated image     422 bad field: unknown model, scale, format...
+  415 not an image, an animated image, or an unsupported pixel mode (float, LAB...)
+  422 bad or repeated field: unknown model, scale, format...; output or work over the server's limits
   503 model still loading, or workers and queue full (with Retry-After)
-  504 the request ran past the time limit
+  504 the request ran past the time limit (its job is stopped)
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import threading
@@ -26,23 +29,32 @@ from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Requ
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.security import APIKeyHeader
 from fastapi.staticfiles import StaticFiles
+from swagger_ui_bundle import swagger_ui_path
 
 from sr.inference import UpscaleError
+from sr.io import ImageError, read_size
 
 from .hub import ModelHub, UnknownModelError
-from .jobs import JobPool, JobTimeoutError, QueueFullError
+from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError
 from .limits import ApiKeyMiddleware, BodyLimitMiddleware
-from .pipeline import JobRequest, download_name, http_error, run_job
+from .pipeline import JobRequest, WorkLimitError, download_name, http_error, plan_work, run_job, run_preview
 from .settings import Settings
 
 log = logging.getLogger("sr.service")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+DOCS_ASSETS = "/docs-assets"  # Swagger UI's JS/CSS, from the swagger-ui-bundle wheel (works offline)
 MIME = {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp"}
 EXPOSED_HEADERS = ["Server-Timing", "X-Model", "X-Scale", "X-Image-Size", "X-Budget-Max",
                    "Content-Disposition"]
+# Form fields that take one value: a repeated one is refused rather than silently taking the last.
+SINGLE_FIELDS = ("file", "scale", "outscale", "width", "height", "model", "format", "quality", "budget_map",
+                 "tta")
+# Status for a request whose client went away (nginx's convention; nobody reads it).
+CLIENT_CLOSED = 499
 
 
 @dataclass
@@ -70,14 +82,17 @@ API_KEY_DETAIL = "missing or wrong API key (send it in the X-API-Key header)"
 
 
 def require_api_key(
+    request: Request,
     settings: Annotated[Settings, Depends(get_settings)],
     key: Annotated[str | None, Security(api_key_header)],
 ) -> None:
     # ApiKeyMiddleware already refused keyless requests before their body was read; this
     # dependency documents the key in OpenAPI and guards routes should the middleware be removed.
+    # Both compare the header's raw bytes with the (ASCII-only, see Settings) key.
     if settings.api_key is None:
         return
-    if key is None or not secrets.compare_digest(key.encode(), settings.api_key.encode()):
+    given = next((v for k, v in request.headers.raw if k == b"x-api-key"), None)
+    if key is None or given is None or not secrets.compare_digest(given, settings.api_key.encode()):
         raise HTTPException(401, detail=API_KEY_DETAIL, headers={"WWW-Authenticate": "ApiKey"})
 
 
@@ -91,6 +106,16 @@ def require_ready(service: Annotated[Service, Depends(get_service)]) -> None:
 
 # --- API --------------------------------------------------------------------------------------
 
+async def _read_upload(file: UploadFile, settings: Settings) -> bytes:
+    data = await file.read()
+    if not data:
+        raise HTTPException(400, detail="the uploaded file is empty")
+    if len(data) > settings.max_upload_bytes:
+        raise HTTPException(413, detail=f"upload too large: {len(data)} bytes, the limit is "
+                                        f"{settings.max_upload_bytes} bytes")
+    return data
+
+
 v1 = APIRouter(prefix="/v1", tags=["v1"], dependencies=[Depends(require_api_key)])
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -98,9 +123,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     for code, text in {
         400: "empty upload, or a corrupt / truncated image",
         401: "API key missing or wrong (only when the server has one)",
+        408: "the upload stalled (no data for the body timeout)",
         413: "upload over the byte limit, or image over the pixel limit",
-        415: "not an image, or an animated image",
-        422: "bad field: unknown model, unavailable scale, bad format or quality",
+        415: "not an image, an animated image, or an unsupported pixel format",
+        422: "bad or repeated field: unknown model, unavailable scale, bad format or quality, "
+             "or an output / work over the server's limits",
         503: "model loading, or server busy (see Retry-After)",
         504: "request took longer than the server's time limit",
     }.items()
@@ -116,10 +143,12 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     summary="Upscale one image",
 )
 async def upscale(
+    request: Request,
     service: Annotated[Service, Depends(get_service)],
     file: Annotated[UploadFile, File(description="the image (PNG, JPEG, WebP, BMP, TIFF, GIF...)")],
     scale: Annotated[int | None, Form(description="model scale 2, 3 or 4 (default: the smallest)")] = None,
-    outscale: Annotated[float | None, Form(gt=0, le=16, description="final factor, any real number")] = None,
+    outscale: Annotated[float | None, Form(gt=0, le=16, allow_inf_nan=False,
+                                           description="final factor, any real number")] = None,
     width: Annotated[int | None, Form(ge=1, le=65536, description="output width in pixels")] = None,
     height: Annotated[int | None, Form(ge=1, le=65536, description="output height in pixels")] = None,
     model: Annotated[str | None, Form(max_length=128, description="a name from GET /v1/models")] = None,
@@ -132,6 +161,10 @@ async def upscale(
 ) -> Response:
     start = time.perf_counter()
     settings, hub = service.settings, service.hub
+    form = await request.form()  # already parsed for the parameters above: no second read
+    repeated = [f"{k} ({len(form.getlist(k))} times)" for k in SINGLE_FIELDS if len(form.getlist(k)) > 1]
+    if repeated:
+        raise HTTPException(422, detail=f"repeated form field: {', '.join(repeated)}; send each field once")
     try:
         family, implied = hub.resolve(model)
     except UnknownModelError as e:
@@ -147,21 +180,29 @@ async def upscale(
         raise HTTPException(422, detail=f"scale {scale} is not available for model {family} "
                                         f"(available: {', '.join(map(str, engine.scales))})")
 
-    data = await file.read()
-    if not data:
-        raise HTTPException(400, detail="the uploaded file is empty")
-    if len(data) > settings.max_upload_bytes:
-        raise HTTPException(413, detail=f"upload too large: {len(data)} bytes, the limit is "
-                                        f"{settings.max_upload_bytes} bytes")
+    data = await _read_upload(file, settings)
+    stop = threading.Event()
     job = JobRequest(data=data, scale=scale, outscale=outscale, width=width, height=height, fmt=fmt,
                      quality=quality, budget_map=budget_map, tta=tta, max_pixels=settings.max_pixels,
-                     budget_k_max=hub.budget_k_max(family) if budget_map else None)
+                     budget_k_max=hub.budget_k_max(family) if budget_map else None,
+                     max_output_pixels=settings.max_output_pixels, max_work_pixels=settings.max_work_pixels,
+                     should_stop=stop.is_set)
+    # Refuse before any work: the header gives the size, the engine's plan the output and passes.
     try:
-        result = await service.pool.run(run_job, engine, job, timeout=settings.timeout_s)
+        in_w, in_h = await asyncio.to_thread(read_size, data, settings.max_pixels)
+        _, work = plan_work(engine, in_w, in_h, job)
+    except (ImageError, UpscaleError, WorkLimitError) as e:  # each is the request's fault: a 4xx
+        raise (http_error(e, data) or HTTPException(400, detail=str(e))) from None
+    try:
+        result = await service.pool.run(run_job, engine, job, timeout=settings.timeout_s, cost_mp=work / 1e6,
+                                        stop=stop, disconnected=request.is_disconnected)
     except QueueFullError as e:
         raise HTTPException(503, detail=str(e), headers={"Retry-After": str(e.retry_after)}) from None
     except JobTimeoutError as e:
         raise HTTPException(504, detail=str(e)) from None
+    except ClientGoneError:
+        log.info("client gone: job cancelled")
+        return Response(status_code=CLIENT_CLOSED)
     except Exception as e:  # noqa: BLE001 - mapped to a 4xx when the input is at fault, else 500
         error = http_error(e, data)
         if error is None:
@@ -188,6 +229,39 @@ async def upscale(
     if budget_map and job.budget_k_max:
         headers["X-Budget-Max"] = f"{job.budget_k_max:g}"  # the heat map's brightest colour
     return Response(content=result.body, media_type=MIME[result.fmt], headers=headers)
+
+
+@v1.post(
+    "/preview",
+    response_class=Response,
+    dependencies=[Depends(require_ready)],
+    responses={200: {"description": "the decoded input as an 8-bit PNG", "content": {"image/png": {}}},
+               **{k: v for k, v in _ERRORS.items() if k != 422}},
+    summary="The upload decoded by the server, as a PNG (for inputs a browser cannot show)",
+)
+async def preview(
+    request: Request,
+    service: Annotated[Service, Depends(get_service)],
+    file: Annotated[UploadFile, File(description="the image, as for /v1/upscale")],
+) -> Response:
+    settings = service.settings
+    data = await _read_upload(file, settings)
+    try:
+        in_w, in_h = await asyncio.to_thread(read_size, data, settings.max_pixels)
+        body = await service.pool.run(run_preview, data, settings.max_pixels, timeout=settings.timeout_s,
+                                      cost_mp=in_w * in_h / 1e6 / 8,  # decode + encode: no network
+                                      disconnected=request.is_disconnected, learn=False)
+    except QueueFullError as e:
+        raise HTTPException(503, detail=str(e), headers={"Retry-After": str(e.retry_after)}) from None
+    except JobTimeoutError as e:
+        raise HTTPException(504, detail=str(e)) from None
+    except ClientGoneError:
+        return Response(status_code=CLIENT_CLOSED)
+    except ImageError as e:
+        raise (http_error(e, data) or HTTPException(400, detail=str(e))) from None
+    return Response(content=body, media_type="image/png",
+                    headers={"X-Image-Size": f"{in_w}x{in_h}", "X-Content-Type-Options": "nosniff",
+                             "Cache-Control": "no-store"})
 
 
 @v1.get("/models", summary="Models offered, with scales, parameters and Set5 PSNR")
@@ -242,10 +316,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Upscale images with an adaptive-sparse-attention network. Web page at `/`.",
         version="1",
         lifespan=lifespan,
+        docs_url=None,   # served below from local assets: the default loads Swagger UI from a CDN
+        redoc_url=None,  # ReDoc has no offline bundle here; /docs covers the same
     )
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(Exception, _on_unexpected)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.body_limit,
+                       idle_timeout=settings.body_timeout_s,
                        detail=f"upload too large: the limit is {settings.max_upload_bytes} bytes "
                               f"({settings.max_upload_bytes / 2**20:.1f} MiB)")
     if settings.api_key is not None:
@@ -274,7 +351,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:  # browsers ask for this path whatever the page links
+        return FileResponse(STATIC_DIR / "favicon.png", media_type="image/png")
+
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - API docs",
+            swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon-32x32.png",
+        )
+
     return app
 
 

@@ -3,7 +3,7 @@
 :class:`BodyLimitMiddleware`: a declared ``Content-Length`` over the limit is refused without
 reading a byte. Otherwise (chunked uploads, or a lying header) bytes are counted as they arrive and
 reading stops at the first chunk past the limit, so an oversized upload never sits in memory or in
-a spool file.
+a spool file; the connection is then closed. A body that stops arriving gets 408.
 
 :class:`ApiKeyMiddleware`: FastAPI parses a form body before it runs dependencies, so without this
 a client with no key could still make the server take in a whole upload before its 401.
@@ -11,6 +11,7 @@ a client with no key could still make the server take in a whole upload before i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 
@@ -20,18 +21,34 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
-class UploadTooLarge(HTTPException):
+class BodyError(HTTPException):
     """Raised from ``receive``; FastAPI re-raises HTTPExceptions from body parsing unchanged."""
 
+
+class UploadTooLarge(BodyError):
     def __init__(self, detail: str) -> None:
         super().__init__(status_code=413, detail=detail)
 
 
+class UploadStalled(BodyError):
+    def __init__(self, detail: str) -> None:
+        super().__init__(status_code=408, detail=detail)
+
+
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_bytes: int, detail: str | None = None) -> None:
+    """413 past ``max_bytes``; 408 when the body stops arriving for ``idle_timeout`` seconds.
+
+    The deadline is on the gap between two pieces of the body, not on the whole upload: a slow but
+    steady client gets through, a stalled one (or a slowloris) loses its connection. Either answer
+    carries ``Connection: close``, since the rest of the body is never read.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, detail: str | None = None,
+                 idle_timeout: float | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.detail = detail or f"upload too large: the limit is {max_bytes} bytes"
+        self.idle_timeout = idle_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS:
@@ -39,47 +56,58 @@ class BodyLimitMiddleware:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await self._refuse(send)
+            await send_json_error(send, 413, self.detail)
             return
 
         received = 0
-        exceeded = False
+        body_done = False
+        failure: BodyError | None = None
         started = False     # the app's response went out
-        replaced = False    # we answered 413 in place of the app's response
+        replaced = False    # we answered in place of the app's response
 
-        async def limited_receive() -> Message:
-            nonlocal received, exceeded
-            if exceeded:
-                raise UploadTooLarge(self.detail)
-            message = await receive()
+        async def guarded_receive() -> Message:
+            nonlocal received, body_done, failure
+            if failure is not None:
+                raise failure
+            if body_done or self.idle_timeout is None:
+                message = await receive()  # after the body: disconnect polling, no deadline
+            else:
+                try:
+                    message = await asyncio.wait_for(receive(), self.idle_timeout)
+                except asyncio.TimeoutError:
+                    failure = UploadStalled(f"upload stalled: no data for {self.idle_timeout:g} s "
+                                            "(the server's body timeout)")
+                    raise failure from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if received > self.max_bytes:
-                    exceeded = True
-                    raise UploadTooLarge(self.detail)
+                    failure = UploadTooLarge(self.detail)
+                    raise failure
             return message
 
         async def guarded_send(message: Message) -> None:
             nonlocal started, replaced
             if replaced:
                 return
-            if message["type"] == "http.response.start" and exceeded and message["status"] != 413:
-                # Some layer turned our exception into another error (e.g. a generic 400): say 413.
-                replaced = True
-                await self._refuse(send)
-                return
+            if message["type"] == "http.response.start" and failure is not None:
+                if message["status"] != failure.status_code:
+                    # Some layer turned our exception into another error (e.g. a generic 400): say ours.
+                    replaced = True
+                    await send_json_error(send, failure.status_code, failure.detail)
+                    return
+                # The framework answered our error itself: the unread rest of the body rules out reuse.
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, guarded_send)
-        except UploadTooLarge:
+            await self.app(scope, guarded_receive, guarded_send)
+        except BodyError as e:
             if started or replaced:
                 raise
-            await self._refuse(send)
-
-    async def _refuse(self, send: Send) -> None:
-        await send_json_error(send, 413, self.detail)
+            await send_json_error(send, e.status_code, e.detail)
 
 
 class ApiKeyMiddleware:

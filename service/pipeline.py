@@ -7,9 +7,10 @@ answers the same way for the same bad input.
 from __future__ import annotations
 
 import io
+import math
 import re
 import time
-import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -21,8 +22,22 @@ FORMAT_EXT = {"png": "png", "jpg": "jpg", "jpeg": "jpg", "webp": "webp"}
 _SOURCE_FORMATS = {"PNG": "png", "JPEG": "jpg", "MPO": "jpg", "WEBP": "webp"}
 
 
+# How each format read by sr.io begins: a file that starts like one but fails to decode is corrupt
+# (400), anything else is not an image we read (415).
+_SIGNATURES = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM", b"II*\x00", b"MM\x00*",
+               b"P1", b"P2", b"P3", b"P4", b"P5", b"P6")
+
+
 class NoBudgetMapError(ValueError):
     pass
+
+
+class WorkLimitError(ValueError):
+    """The request asks for more output pixels or work than the server allows (-> 422)."""
+
+
+class JobStopped(RuntimeError):
+    """The request gave up (timeout, client gone) between the job's stages."""
 
 
 @dataclass
@@ -38,6 +53,9 @@ class JobRequest:
     max_pixels: int
     tta: bool = False
     budget_k_max: float | None = None  # heat-map scale: the model's k_max, so maps compare across images
+    max_output_pixels: int | None = None
+    max_work_pixels: int | None = None
+    should_stop: Callable[[], bool] | None = None  # polled between stages and by the engine
     submitted: float = field(default_factory=time.perf_counter)
 
 
@@ -55,10 +73,15 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
     from sr.io import encode_image, read_image
 
     t0 = time.perf_counter()
+    _check_stop(req)
     img = read_image(req.data, max_pixels=req.max_pixels)
+    # Checked again on the decoded size (the handler checked the header's), before the engine starts.
+    plan_work(engine, img.width, img.height, req)
+    _check_stop(req)
     t1 = time.perf_counter()
     res = engine.upscale(img, scale=req.scale, outscale=req.outscale, width=req.width, height=req.height,
-                         with_budget_map=req.budget_map, tta=req.tta)
+                         with_budget_map=req.budget_map, tta=req.tta, should_stop=req.should_stop)
+    _check_stop(req)
     t2 = time.perf_counter()
     if req.budget_map:
         if res.budget_map is None:
@@ -74,6 +97,47 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
         timings_ms={"queue": (t0 - req.submitted) * 1e3, "decode": (t1 - t0) * 1e3,
                     "upscale": (t2 - t1) * 1e3, "encode": (t3 - t2) * 1e3},
     )
+
+
+def run_preview(data: bytes, max_pixels: int) -> bytes:
+    """The decoded input as an 8-bit PNG (orientation applied, ICC kept): what the page shows as
+    "before" for formats a browser cannot display (TIFF, PPM...)."""
+    import dataclasses
+
+    from sr.io import encode_image, read_image
+
+    img = read_image(data, max_pixels=max_pixels)
+    return encode_image(dataclasses.replace(img, bit_depth=8), format="png")
+
+
+def _check_stop(req: JobRequest) -> None:
+    if req.should_stop is not None and req.should_stop():
+        raise JobStopped("job stopped: the request gave up")
+
+
+def plan_work(engine: Any, width: int, height: int, req: JobRequest) -> tuple[tuple[int, int], int]:
+    """((out_w, out_h), work pixels) of ``req`` on a width x height input, without doing any work.
+
+    Work is the pixels the network produces, summed over its passes (a pass on a bigger image costs
+    more), times 8 with tta. Raises :class:`WorkLimitError` over the request's limits, and
+    ``UpscaleError`` for arguments the engine refuses.
+    """
+    (out_h, out_w), passes = engine.plan(height, width, req.scale, req.outscale, req.width, req.height)
+    work = sum(height * width * math.prod(passes[: i + 1]) ** 2 for i in range(len(passes)))
+    work *= 8 if req.tta else 1
+    asked = f"{out_w}x{out_h} output"
+    if req.max_output_pixels is not None and out_w * out_h > req.max_output_pixels:
+        raise WorkLimitError(
+            f"{asked} is {out_w * out_h / 1e6:.1f} megapixels, over this server's limit of "
+            f"{req.max_output_pixels / 1e6:.1f} (SR_MAX_OUTPUT_PIXELS); ask for a smaller scale, outscale, "
+            "width or height")
+    if req.max_work_pixels is not None and work > req.max_work_pixels:
+        how = f"passes x{' x'.join(map(str, passes))}" + (", x8 for tta" if req.tta else "")
+        raise WorkLimitError(
+            f"{asked} needs {work / 1e6:.1f} megapixels of network work ({how}), over this server's "
+            f"limit of {req.max_work_pixels / 1e6:.1f} (SR_MAX_WORK_PIXELS); ask for a smaller output"
+            + (" or turn tta off" if req.tta else ""))
+    return (out_w, out_h), work
 
 
 def output_format(requested: str, source: str | None) -> str:
@@ -101,42 +165,44 @@ def download_name(upload_name: str | None, suffix: str, ext: str) -> str:
 
 
 def looks_like_image(data: bytes) -> bool:
-    """Whether Pillow recognises one of the formats sr.io reads (415 'not an image' vs 400 'corrupt')."""
-    from PIL import Image, UnidentifiedImageError
-
-    from sr import io as sr_io
-
-    Image.init()
-    formats = [f for f in getattr(sr_io, "READ_FORMATS", Image.OPEN) if f in Image.OPEN]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            Image.open(io.BytesIO(data), formats=formats).close()  # reads the header only
-    except UnidentifiedImageError:
-        return False
-    except Exception:  # noqa: BLE001 - recognised but unreadable (truncated header, bomb, ...)
+    """Whether ``data`` starts like one of the formats sr.io reads (400 'corrupt' vs 415 'not an image')."""
+    head = data[:16]
+    if head.startswith(_SIGNATURES):
         return True
-    return True
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return True
+    return head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis")
 
 
 def http_error(exc: BaseException, data: bytes) -> HTTPException | None:
     """The HTTP answer for a job failure caused by the request, or None for a server fault."""
     from sr.inference import UpscaleError
-    from sr.io import AnimatedImageError, ImageDecodeError, ImageEncodeError, ImageError, ImageTooLargeError
+    from sr.io import (
+        AnimatedImageError,
+        ImageDecodeError,
+        ImageEncodeError,
+        ImageError,
+        ImageTooLargeError,
+        UnsupportedModeError,
+    )
 
     if isinstance(exc, ImageTooLargeError):
         return HTTPException(413, detail=f"image too large: {exc}")
     if isinstance(exc, AnimatedImageError):
         return HTTPException(415, detail=f"unsupported image: {exc}")
+    if isinstance(exc, UnsupportedModeError):
+        return HTTPException(415, detail=f"unsupported pixel format: {exc.mode} (a valid image, but only "
+                                         "1-, 8- and 16-bit gray, RGB, CMYK and palette images are read)")
     if isinstance(exc, ImageDecodeError):
-        if looks_like_image(data):
-            return HTTPException(400, detail=f"corrupt or truncated image: {exc}")
+        if looks_like_image(data):  # Pillow gave up on a damaged header as "not an image": say corrupt
+            reason = "its header is damaged" if exc.reason.startswith("not an image") else exc.reason
+            return HTTPException(400, detail=f"corrupt or truncated image: {reason}")
         return HTTPException(415, detail=f"not a supported image file: {exc}")
     if isinstance(exc, ImageEncodeError):  # e.g. the output is too large for JPEG/WebP
         return HTTPException(422, detail=str(exc))
     if isinstance(exc, ImageError):
         return HTTPException(400, detail=str(exc))
-    if isinstance(exc, (UpscaleError, NoBudgetMapError)):
+    if isinstance(exc, (UpscaleError, NoBudgetMapError, WorkLimitError)):
         return HTTPException(422, detail=str(exc))
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
         return HTTPException(503, detail="server out of memory for this image; try a smaller one",

@@ -34,8 +34,14 @@ class Settings:
     cors_origins: tuple[str, ...] = ()        # empty: no CORS headers at all
     weights_dir: Path | None = None           # None: the package's weights/ folder
     threads: int | None = None                # torch intra-op threads (None: torch's default)
-    tile: int | str = "auto"                  # engine tile size: auto, pixels, or 0 (off)
+    # Engine tile size: auto, pixels, or 0 (off). 512, not auto: a job can only be cancelled between
+    # network forwards, and auto runs a whole image of up to 1024 px as one forward.
+    tile: int | str = 512
     preload: bool = True                      # load and warm every scale of the model at start-up
+    max_output_pixels: int = 64 * 2**20       # output image pixels (8192 x 8192)
+    # Work per request: pixels the network produces, summed over its passes, x8 with tta.
+    max_work_pixels: int = 128 * 2**20
+    body_timeout_s: float = 30.0              # longest pause while an upload is read -> 408
 
     def __post_init__(self) -> None:
         checks = [
@@ -45,6 +51,9 @@ class Settings:
             (self.max_pixels >= 1, f"max pixels must be >= 1, got {self.max_pixels}"),
             (self.timeout_s > 0, f"timeout must be > 0 seconds, got {self.timeout_s}"),
             (self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}"),
+            (self.max_output_pixels >= 1, f"max output pixels must be >= 1, got {self.max_output_pixels}"),
+            (self.max_work_pixels >= 1, f"max work pixels must be >= 1, got {self.max_work_pixels}"),
+            (self.body_timeout_s > 0, f"body timeout must be > 0 seconds, got {self.body_timeout_s}"),
             (bool(self.model), "model must not be empty"),
         ]
         for ok, message in checks:
@@ -52,6 +61,8 @@ class Settings:
                 raise SettingsError(message)
         if self.api_key == "":
             object.__setattr__(self, "api_key", None)
+        if self.api_key is not None:
+            check_api_key(self.api_key)
 
     @property
     def body_limit(self) -> int:
@@ -75,6 +86,19 @@ class Settings:
             except ValueError as e:
                 raise SettingsError(f"{var}={raw!r}: {e}") from None
         return cls(**values)  # type: ignore[arg-type]
+
+
+def check_api_key(key: str) -> None:
+    """Refuse a key no client can send reliably.
+
+    A header value is bytes: clients encode non-ASCII text differently (UTF-8, Latin-1, or not at
+    all), and servers strip surrounding blanks, so such a key would lock everyone out.
+    """
+    if not all(32 <= ord(c) <= 126 for c in key):
+        raise SettingsError("API key must be printable ASCII (letters, digits, punctuation): HTTP headers "
+                            "carry bytes, and clients encode other characters differently")
+    if key != key.strip():
+        raise SettingsError("API key must not start or end with a space: servers strip them from headers")
 
 
 def _int(raw: str) -> int:
@@ -120,4 +144,7 @@ ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "threads": ("SR_THREADS", _int),
     "tile": ("SR_TILE", parse_tile),
     "preload": ("SR_PRELOAD", _bool),
+    "max_output_pixels": ("SR_MAX_OUTPUT_PIXELS", _int),
+    "max_work_pixels": ("SR_MAX_WORK_PIXELS", _int),
+    "body_timeout_s": ("SR_BODY_TIMEOUT_S", float),
 }

@@ -28,9 +28,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from PIL import Image, ImageCms, UnidentifiedImageError
+from PIL import Image, ImageCms, PngImagePlugin, UnidentifiedImageError
 
 DEFAULT_MAX_PIXELS = 64 * 2**20
+# Largest decompressed PNG metadata chunk (ICC profile, text). Pillow's own limit is 1 MiB, below
+# some real printer/LUT ICC profiles; 16 MiB still bounds a zlib bomb hidden in metadata.
+MAX_PNG_CHUNK = 16 * 2**20
 # Formats read_image accepts. An allow-list keeps Pillow away from plugins that shell out (EPS) or
 # that nobody feeds to an upscaler; GIF is included so animated GIFs get their own clear error.
 READ_FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF", "PPM", "AVIF")
@@ -70,6 +73,14 @@ class ImageError(ValueError):
 
 class ImageDecodeError(ImageError):
     """Zero bytes, truncated, corrupt, not an image, or an unsupported format or pixel mode."""
+
+
+class UnsupportedModeError(ImageDecodeError):
+    """A well-formed image in a pixel mode we do not convert (float, LAB, ...); ``mode`` names it."""
+
+    def __init__(self, mode: str, path: str | os.PathLike | None = None) -> None:
+        self.mode = mode
+        super().__init__(f"unsupported pixel mode {mode}", path)
 
 
 class AnimatedImageError(ImageError):
@@ -191,7 +202,12 @@ def _quiet_pillow() -> Iterator[None]:
     with _PIL_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         warnings.simplefilter("error", Image.DecompressionBombWarning)
-        yield
+        chunk_limit = PngImagePlugin.MAX_TEXT_CHUNK
+        PngImagePlugin.MAX_TEXT_CHUNK = max(chunk_limit, MAX_PNG_CHUNK)  # restored below; under the lock
+        try:
+            yield
+        finally:
+            PngImagePlugin.MAX_TEXT_CHUNK = chunk_limit
 
 
 def read_image(
@@ -206,20 +222,51 @@ def read_image(
     data, path = _read_source(source)
     if not data:
         raise ImageDecodeError("empty file (0 bytes)", path)
-    with _quiet_pillow():
-        try:
-            return _decode(data, path, max_pixels)
-        except ImageError:
-            raise
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-            raise ImageTooLargeError(f"too many pixels ({e})", path) from e
-        except UnidentifiedImageError as e:
-            names = ", ".join(READ_FORMATS)
-            raise ImageDecodeError(f"not an image, or not a supported format ({names})", path) from e
-        except MemoryError as e:
-            raise ImageTooLargeError("not enough memory to decode this image", path) from e
-        except _DECODE_ERRORS as e:
-            raise ImageDecodeError(f"truncated or corrupt image data ({e})", path) from e
+    with _quiet_pillow(), _decoding(path):
+        return _decode(data, path, max_pixels)
+
+
+def read_size(
+    source: str | Path | bytes | BinaryIO, max_pixels: int | None = DEFAULT_MAX_PIXELS
+) -> tuple[int, int]:
+    """(width, height) as :func:`read_image` would return it (EXIF orientation applied), from the
+    header only: no pixel is decoded. Raises what :func:`read_image` raises for a bad header."""
+    data, path = _read_source(source)
+    if not data:
+        raise ImageDecodeError("empty file (0 bytes)", path)
+    with _quiet_pillow(), _decoding(path):
+        im = _open(data)
+        _check_pixels(*im.size, max_pixels, path)
+        w, h = im.size
+        return (h, w) if _orientation(im) in (5, 6, 7, 8) else (w, h)
+
+
+@contextmanager
+def _decoding(path: str | None) -> Iterator[None]:
+    """Pillow's assorted exceptions -> one ImageError subclass with a message for the user."""
+    try:
+        yield
+    except ImageError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise ImageTooLargeError(f"too many pixels ({e})", path) from e
+    except UnidentifiedImageError as e:
+        names = ", ".join(READ_FORMATS)
+        raise ImageDecodeError(f"not an image, or not a supported format ({names})", path) from e
+    except MemoryError as e:
+        raise ImageTooLargeError("not enough memory to decode this image", path) from e
+    except _DECODE_ERRORS as e:
+        if isinstance(e, ValueError) and "MAX_TEXT_CHUNK" in str(e):  # Pillow's metadata-bomb guard
+            limit = MAX_PNG_CHUNK // 2**20
+            raise ImageTooLargeError(
+                f"a metadata chunk (ICC profile or text) decompresses to over {limit} MiB", path
+            ) from e
+        raise ImageDecodeError(f"truncated or corrupt image data ({e})", path) from e
+
+
+def _check_pixels(w: int, h: int, max_pixels: int | None, path: str | None) -> None:
+    if max_pixels is not None and w * h > max_pixels:
+        raise ImageTooLargeError(f"{w}x{h} is {w * h:,} pixels, over the limit of {max_pixels:,}", path)
 
 
 def _read_source(source: str | Path | bytes | BinaryIO) -> tuple[bytes, str | None]:
@@ -255,8 +302,7 @@ def _open(data: bytes) -> Image.Image:
 def _decode(data: bytes, path: str | None, max_pixels: int | None) -> DecodedImage:
     im = _open(data)
     w, h = im.size
-    if max_pixels is not None and w * h > max_pixels:
-        raise ImageTooLargeError(f"{w}x{h} is {w * h:,} pixels, over the limit of {max_pixels:,}", path)
+    _check_pixels(w, h, max_pixels, path)
     if w < 1 or h < 1:
         raise ImageDecodeError(f"empty image ({w}x{h})", path)
     frames = getattr(im, "n_frames", 1)
@@ -387,7 +433,7 @@ def _decode_standard(
     elif mode in ("RGBX", "YCbCr"):
         v = np.asarray(im.convert("RGB"))
     else:
-        raise ImageDecodeError(f"unsupported pixel mode {mode}", path)
+        raise UnsupportedModeError(mode, path)
     if v.shape[2] in (2, 4):
         return v[..., :-1], v[..., -1], 8, icc
     return v, None, 8, icc

@@ -11,7 +11,11 @@ const state = {
   request: null,      // the form fields that produced the current result
   families: [],       // [{name, scales, default}]
   models: [],         // catalogue entries
+  modelsError: "",    // why the model list could not be loaded (e.g. the server needs a key)
+  beforeNote: "",     // how "before" was obtained, or why it cannot be shown
+  budgetMax: "",      // X-Budget-Max of the current budget map: the legend's top value
   busy: false,
+  actual: false,      // view: 1:1 pixels (true) or fit the card (false)
 };
 
 function apiHeaders() {
@@ -43,13 +47,49 @@ function setBusy(busy, text) {
   $("budget-toggle").disabled = busy;
   if (text !== undefined) $("status").textContent = text;
   if (busy) $("progress-row").hidden = false;
+  updateHint();
+}
+
+// Says why Upscale is disabled (a disabled button alone explains nothing).
+function updateHint() {
+  let hint = "";
+  if (!state.families.length) {
+    hint = state.modelsError
+      ? `No models: ${state.modelsError}`
+      : "Loading the model list…";
+  } else if (!state.file) {
+    hint = "Choose an image to upscale.";
+  }
+  $("hint").textContent = hint;
+}
+
+// JPEG/WebP quality matters when the result is saved as JPEG or WebP, also via "same as input".
+function updateQuality() {
+  const fmt = $("format").value;
+  const type = state.file ? state.file.type : "";
+  const lossy = ["jpg", "webp"].includes(fmt) || (fmt === "same" && ["image/jpeg", "image/webp"].includes(type));
+  $("quality").disabled = !lossy;
 }
 
 // --- models -----------------------------------------------------------------------------------
 async function loadModels() {
   const res = await fetch("/v1/models", { headers: apiHeaders() });
   const body = await res.text();
-  if (!res.ok) { showError(detailText(res.status, body)); return; }
+  if (!res.ok) {
+    state.families = [];
+    state.models = [];
+    $("model").innerHTML = "";
+    $("scale").innerHTML = "";
+    state.modelsError = res.status === 401
+      ? ($("api-key").value.trim() ? "the API key is wrong. Check it below."
+        : "this server needs an API key. Enter it below.")
+      : detailText(res.status, body);
+    if (res.status === 401) $("key-box").open = true;
+    showError(res.status === 401 ? "" : state.modelsError);
+    setBusy(false);
+    return;
+  }
+  state.modelsError = "";
   const data = JSON.parse(body);
   state.families = data.families;
   state.models = data.models;
@@ -116,6 +156,7 @@ function chooseFile(file) {
   state.file = file;
   if (state.beforeUrl) URL.revokeObjectURL(state.beforeUrl);
   state.beforeUrl = URL.createObjectURL(file);
+  state.beforeNote = "";
   $("result").hidden = true; // the old result belongs to the previous file
   $("progress-row").hidden = true;
   $("file-info").textContent = `${file.name} · ${formatBytes(file.size)}`;
@@ -124,9 +165,40 @@ function chooseFile(file) {
     $("file-info").textContent = `${file.name} · ${probe.naturalWidth}×${probe.naturalHeight} · `
       + formatBytes(file.size);
   };
+  // The browser cannot show this format (TIFF, PPM...): ask the server for its decoded PNG.
+  probe.onerror = () => { if (state.file === file) loadPreview(file); };
   probe.src = state.beforeUrl;
   showError("");
+  updateQuality();
   setBusy(false);
+}
+
+async function loadPreview(file) {
+  const form = new FormData();
+  form.append("file", file, file.name);
+  let res;
+  try {
+    res = await fetch("/v1/preview", { method: "POST", body: form, headers: apiHeaders() });
+  } catch (_) {
+    res = null;
+  }
+  if (state.file !== file) return; // another file was chosen meanwhile
+  if (!res || !res.ok) {
+    const text = res ? await res.text() : "";
+    state.beforeUrl = null;
+    state.beforeNote = "The original cannot be shown in the browser"
+      + (res ? ` (${detailText(res.status, text)})` : "") + ": only the result is displayed.";
+    if (res && res.status !== 401) showError(detailText(res.status, text));
+    return;
+  }
+  const blob = await res.blob();
+  if (state.beforeUrl) URL.revokeObjectURL(state.beforeUrl);
+  state.beforeUrl = URL.createObjectURL(blob);
+  state.beforeNote = "Your browser cannot display this format: \"before\" is the server's decoding of it.";
+  const size = res.headers.get("X-Image-Size");
+  $("file-info").textContent = `${file.name} · ${size ? size.replace("x", "×") + " · " : ""}`
+    + `${formatBytes(file.size)} · shown as decoded by the server`;
+  if (!$("result").hidden) showBefore();
 }
 
 // --- upscale ----------------------------------------------------------------------------------
@@ -211,10 +283,13 @@ function showResult(xhr, blob) {
       const w = after.naturalWidth, h = after.naturalHeight;
       after.dataset.width = String(w);
       after.dataset.height = String(h);
-      $("before").src = state.beforeUrl;
+      showBefore();
       $("budget-toggle").checked = false;
       $("budget").hidden = true;
+      $("legend").hidden = true;
       $("result").hidden = false;
+      // 1:1 when the result fits the card, else fit; the toggle switches.
+      setView(w <= $("viewport").clientWidth);
       const link = $("download");
       link.href = state.afterUrl;
       link.download = filenameOf(xhr, "upscaled.png");
@@ -227,22 +302,78 @@ function showResult(xhr, blob) {
   });
 }
 
+function showBefore() {
+  const before = $("before");
+  const note = $("before-note");
+  if (state.beforeUrl) {
+    before.src = state.beforeUrl;
+    before.hidden = false;
+  } else {
+    before.removeAttribute("src");
+    before.hidden = true; // never let the slider compare the result with itself
+  }
+  $("slider").disabled = !state.beforeUrl;
+  note.textContent = state.beforeNote;
+  note.hidden = !state.beforeNote;
+}
+
 function setSlider(value) {
+  $("slider").value = String(value);
   $("before").style.clipPath = `inset(0 ${100 - value}% 0 0)`;
   $("divider").style.left = `${value}%`;
 }
 
+function setView(actual) {
+  state.actual = actual;
+  const compare = $("compare");
+  compare.classList.toggle("actual", actual);
+  compare.style.width = actual ? `${$("after").naturalWidth}px` : "";
+  $("view-toggle").setAttribute("aria-pressed", actual ? "true" : "false");
+}
+
+// Drag anywhere on the image to move the divider.
+function dragDivider(e) {
+  const r = $("compare").getBoundingClientRect();
+  const pct = Math.min(100, Math.max(0, ((e.clientX - r.left) / r.width) * 100));
+  if (state.beforeUrl) setSlider(Math.round(pct * 10) / 10);
+}
+
+const LOUPE_ZOOM = 4; // screen pixels per image pixel inside the loupe
+
+function moveLoupe(e) {
+  const loupe = $("loupe");
+  if (!$("loupe-toggle").checked) { loupe.hidden = true; return; }
+  const after = $("after");
+  const r = $("compare").getBoundingClientRect();
+  const x = e.clientX - r.left, y = e.clientY - r.top;
+  if (x < 0 || y < 0 || x > r.width || y > r.height) { loupe.hidden = true; return; }
+  const ix = (x / r.width) * after.naturalWidth, iy = (y / r.height) * after.naturalHeight;
+  const showBeforeSide = state.beforeUrl && (x / r.width) * 100 < Number($("slider").value);
+  const layers = [showBeforeSide ? state.beforeUrl : state.afterUrl];
+  if (!$("budget").hidden && state.budgetUrl) layers.unshift(state.budgetUrl);
+  const size = `${after.naturalWidth * LOUPE_ZOOM}px ${after.naturalHeight * LOUPE_ZOOM}px`;
+  const half = loupe.offsetWidth / 2 || 90;
+  const pos = `${half - ix * LOUPE_ZOOM}px ${half - iy * LOUPE_ZOOM}px`;
+  loupe.style.backgroundImage = layers.map((u) => `url("${u}")`).join(", ");
+  loupe.style.backgroundSize = layers.map(() => size).join(", ");
+  loupe.style.backgroundPosition = layers.map(() => pos).join(", ");
+  loupe.style.left = `${e.clientX}px`; // position: fixed, so it never makes the viewport scroll
+  loupe.style.top = `${e.clientY}px`;
+  loupe.dataset.side = showBeforeSide ? "before" : "after";
+  loupe.hidden = false;
+}
+
 async function toggleBudget() {
   const on = $("budget-toggle").checked;
-  if (!on) { $("budget").hidden = true; return; }
+  if (!on) { $("budget").hidden = true; $("legend").hidden = true; return; }
   if (!state.budgetUrl) {
     showError("");
     setBusy(true, "Computing the attention budget map…");
     try {
       const { blob, xhr } = await post(state.request, { budget_map: "true", format: "png" });
       state.budgetUrl = URL.createObjectURL(blob);
-      const top = xhr.getResponseHeader("X-Budget-Max");
-      setBusy(false, `Attention budget: black = 0 key regions per pixel, pale yellow = ${top || "the most"}.`);
+      state.budgetMax = xhr.getResponseHeader("X-Budget-Max") || "max";
+      setBusy(false, "Attention budget map shown.");
       $("progress").value = 100;
     } catch (err) {
       setBusy(false, "Failed.");
@@ -254,6 +385,8 @@ async function toggleBudget() {
   }
   $("budget").src = state.budgetUrl;
   $("budget").hidden = false;
+  $("legend-max").textContent = state.budgetMax;
+  $("legend").hidden = false;
 }
 
 // --- wiring -----------------------------------------------------------------------------------
@@ -269,14 +402,30 @@ function init() {
   });
   $("model").addEventListener("change", fillScales);
   $("scale").addEventListener("change", describeModel);
-  $("format").addEventListener("change", () => {
-    $("quality").disabled = !["jpg", "webp"].includes($("format").value);
-  });
+  $("format").addEventListener("change", updateQuality);
   $("upscale").addEventListener("click", upscale);
-  $("slider").addEventListener("input", (e) => setSlider(e.target.value));
+  $("slider").addEventListener("input", (e) => setSlider(Number(e.target.value)));
   $("budget-toggle").addEventListener("change", toggleBudget);
-  $("api-key").addEventListener("change", loadModels);
+  $("view-toggle").addEventListener("click", () => setView(!state.actual));
+  $("loupe-toggle").addEventListener("change", () => { $("loupe").hidden = true; });
+  const compare = $("compare");
+  compare.addEventListener("pointerdown", (e) => {
+    compare.setPointerCapture(e.pointerId);
+    dragDivider(e);
+  });
+  compare.addEventListener("pointermove", (e) => {
+    if (compare.hasPointerCapture(e.pointerId)) dragDivider(e);
+    moveLoupe(e);
+  });
+  compare.addEventListener("pointerleave", () => { $("loupe").hidden = true; });
+  // The key applies as it is typed (after a short pause), not only when the field loses focus.
+  let keyTimer = null;
+  $("api-key").addEventListener("input", () => {
+    clearTimeout(keyTimer);
+    keyTimer = setTimeout(() => loadModels().catch((err) => showError(err.message)), 300);
+  });
   checkReady();
+  updateHint();
   loadModels().catch((err) => showError(`Could not load the model list: ${err.message}`));
 }
 

@@ -4,6 +4,11 @@ Starts its own ``sr serve`` on a free 127.0.0.1 port, sends a fixed number of up
 number of concurrent clients (a deterministic mix of valid images and bad requests), and reports
 throughput, p50/p95 latency, the status-code counts, the server's resident memory over the run
 (sampled from /proc/PID/status) and whether it is still healthy afterwards. Nothing leaves the machine.
+
+The server runs with its own defaults (queue included) unless ``--queue`` says otherwise. With
+``--retry`` the clients behave as a well-mannered client should: on a 503 they wait the
+``Retry-After`` seconds and try again, so the report shows the throughput and latency (waits
+included) that such a client sees; without it, each 503 is final.
 """
 
 from __future__ import annotations
@@ -42,7 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--invalid", type=float, default=0.25, help="fraction of bad requests (default 0.25)")
     p.add_argument("--device", default="cpu", help="server device (default cpu)")
     p.add_argument("--workers", type=int, default=1, help="server inference workers (default 1)")
-    p.add_argument("--queue", type=int, default=None, help="server queue (default: concurrency)")
+    p.add_argument("--queue", type=int, default=None,
+                   help="server queue (default: the server's own, SR_MAX_QUEUE or 4)")
+    p.add_argument("--retry", action="store_true",
+                   help="clients honour Retry-After: on a 503 they wait and resend (up to --max-retries)")
+    p.add_argument("--max-retries", type=int, default=20,
+                   help="resends per request with --retry (default 20)")
     p.add_argument("--threads", type=int, default=None, help="server torch threads")
     p.add_argument("--max-seconds", type=float, default=600, help="stop sending after this (default 600)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -141,10 +151,10 @@ class RssSampler(threading.Thread):
 
 def start_server(args: argparse.Namespace, weights_dir: str | None, model: str, port: int,
                  log: io.TextIOBase) -> subprocess.Popen:
-    queue = args.queue if args.queue is not None else args.concurrency
     cmd = [sys.executable, "-m", "sr", "serve", "--host", HOST, "--port", str(port), "--model", model,
-           "--device", args.device, "--workers", str(args.workers), "--queue", str(queue),
-           "--log-level", "warning"]
+           "--device", args.device, "--workers", str(args.workers), "--log-level", "warning"]
+    if args.queue is not None:
+        cmd += ["--queue", str(args.queue)]
     if weights_dir:
         cmd += ["--weights-dir", weights_dir]
     if args.threads:
@@ -170,11 +180,12 @@ def wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> None:
 
 # --- load -------------------------------------------------------------------------------------
 
-async def _load(base: str, kinds: list[str], bodies: dict, concurrency: int,
-                max_seconds: float) -> list[tuple]:
+async def _load(base: str, kinds: list[str], bodies: dict, concurrency: int, max_seconds: float,
+                retry: bool = False, max_retries: int = 20) -> list[tuple]:
+    """[(kind, final status, seconds from first send to final answer, resends, seconds waited)]."""
     import httpx
 
-    results: list[tuple[str, int | str, float]] = []
+    results: list[tuple[str, int | str, float, int, float]] = []
     queue: asyncio.Queue[str] = asyncio.Queue()
     for k in kinds:
         queue.put_nowait(k)
@@ -187,15 +198,33 @@ async def _load(base: str, kinds: list[str], bodies: dict, concurrency: int,
                 kind = queue.get_nowait()
                 name, data, fields, _ = bodies[kind]
                 t0 = time.perf_counter()
-                try:
-                    r = await client.post("/v1/upscale", files={"file": (name, data)}, data=fields)
-                    status: int | str = r.status_code
-                except httpx.HTTPError as e:
-                    status = f"error:{type(e).__name__}"
-                results.append((kind, status, time.perf_counter() - t0))
+                resends, waited = 0, 0.0
+                while True:
+                    try:
+                        r = await client.post("/v1/upscale", files={"file": (name, data)}, data=fields)
+                        status: int | str = r.status_code
+                    except httpx.HTTPError as e:
+                        status = f"error:{type(e).__name__}"
+                        break
+                    pause = retry_delay(r.headers.get("retry-after")) if status == 503 else None
+                    if not retry or pause is None or resends >= max_retries \
+                            or time.monotonic() + pause > deadline:
+                        break
+                    await asyncio.sleep(pause)
+                    resends, waited = resends + 1, waited + pause
+                results.append((kind, status, time.perf_counter() - t0, resends, waited))
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return results
+
+
+def retry_delay(header: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds form), or None when absent/unusable."""
+    try:
+        value = float(header) if header is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and 0 <= value <= 3600 else None
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -208,10 +237,11 @@ def _pct(values: list[float], q: float) -> float | None:
 
 def summarize(results: list[tuple], elapsed: float, bodies: dict, rss: list[int], rss_base: int | None,
               healthy: bool) -> dict[str, Any]:
-    lat_all = [t * 1e3 for _, _, t in results]
-    lat_ok = [t * 1e3 for _, s, t in results if s == 200]
-    counts = Counter(str(s) for _, s, _ in results)
-    unexpected = Counter(f"{k}:{s}" for k, s, _ in results if s != bodies[k][3] and s != 503)
+    lat_all = [r[2] * 1e3 for r in results]
+    lat_ok = [r[2] * 1e3 for r in results if r[1] == 200]
+    counts = Counter(str(r[1]) for r in results)
+    unexpected = Counter(f"{r[0]}:{r[1]}" for r in results if r[1] != bodies[r[0]][3] and r[1] != 503)
+    ok = sum(1 for r in results if r[1] == 200)
     end = rss[-1] if rss else None
     growth = (end - rss_base) if (end is not None and rss_base is not None) else None
     flat = growth is not None and growth <= max(32 * 2**20, 0.10 * rss_base)
@@ -219,6 +249,9 @@ def summarize(results: list[tuple], elapsed: float, bodies: dict, rss: list[int]
         "requests": len(results),
         "seconds": round(elapsed, 3),
         "throughput_rps": round(len(results) / elapsed, 2) if elapsed > 0 else None,
+        "ok_throughput_rps": round(ok / elapsed, 2) if elapsed > 0 else None,  # 200s per second
+        "resends": sum(r[3] for r in results),
+        "retry_wait_s": round(sum(r[4] for r in results), 1),
         "latency_ms": {"p50": _round(_pct(lat_all, 50)), "p95": _round(_pct(lat_all, 95)),
                        "p50_ok": _round(_pct(lat_ok, 50)), "p95_ok": _round(_pct(lat_ok, 95))},
         "status_counts": dict(sorted(counts.items())),
@@ -258,6 +291,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--size must be 8..2048")
     if not 0 < args.max_seconds <= 3600:
         raise CLIError("--max-seconds must be in (0, 3600]")
+    if not 0 <= args.max_retries <= 1000:
+        raise CLIError("--max-retries must be 0..1000")
     import httpx
 
     with tempfile.TemporaryDirectory(prefix="sr-bench-serve-") as tmp:
@@ -279,15 +314,21 @@ def run(args: argparse.Namespace) -> int:
             bodies = payloads(args.size)
             # Warm-up: one round of valid requests at full concurrency, so the baseline RSS
             # includes every worker's buffers; growth after that would be a leak.
-            asyncio.run(_load(base, ["png", "jpg"] * args.concurrency, bodies, args.concurrency, 120))
+            warm = ["png", "jpg"] * args.concurrency
+            asyncio.run(_load(base, warm, bodies, args.concurrency, 120, retry=True))
             rss_base = rss_bytes(proc.pid)
             sampler = RssSampler(proc.pid)
             sampler.start()
             kinds = schedule(args.requests, args.invalid)
             t0 = time.perf_counter()
-            results = asyncio.run(_load(base, kinds, bodies, args.concurrency, args.max_seconds))
+            results = asyncio.run(_load(base, kinds, bodies, args.concurrency, args.max_seconds,
+                                        retry=args.retry, max_retries=args.max_retries))
             elapsed = time.perf_counter() - t0
             rss = sampler.stop()
+            try:
+                queue = httpx.get(f"{base}/healthz", timeout=5).json()["jobs"]["max_queue"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                queue = args.queue
             try:
                 healthy = (proc.poll() is None and httpx.get(f"{base}/healthz", timeout=5).status_code == 200
                            and httpx.get(f"{base}/readyz", timeout=5).status_code == 200)
@@ -297,7 +338,8 @@ def run(args: argparse.Namespace) -> int:
             stop_process(proc)
     report = summarize(results, elapsed, bodies, rss, rss_base, healthy)
     report.update(model=model if not args.tiny else "asa-small-x2 (random init)", device=args.device,
-                  concurrency=args.concurrency, workers=args.workers, image=f"{args.size}x{args.size}",
+                  concurrency=args.concurrency, workers=args.workers, queue=queue, retry=args.retry,
+                  image=f"{args.size}x{args.size}",
                   invalid_fraction=args.invalid, cpu_count=os.cpu_count())
     if args.json:
         print(json.dumps(report, indent=2))
@@ -309,9 +351,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_table(r: dict[str, Any]) -> None:
     lat, rss = r["latency_ms"], r["rss_mb"]
-    print(f"model {r['model']} on {r['device']}, {r['workers']} worker(s), {r['concurrency']} concurrent "
-          f"clients, {r['image']} images, {r['invalid_fraction']:.0%} bad requests")
-    print(f"requests      {r['requests']} in {r['seconds']:.1f} s = {r['throughput_rps']} req/s")
+    print(f"model {r['model']} on {r['device']}, {r['workers']} worker(s), queue {r['queue']}, "
+          f"{r['concurrency']} concurrent clients{' honouring Retry-After' if r['retry'] else ''}, "
+          f"{r['image']} images, {r['invalid_fraction']:.0%} bad requests")
+    print(f"requests      {r['requests']} in {r['seconds']:.1f} s = {r['throughput_rps']} req/s "
+          f"({r['ok_throughput_rps']} 200s/s)")
+    if r["retry"]:
+        print(f"resends       {r['resends']} after 503, {r['retry_wait_s']} s waited in all")
     print(f"latency ms    p50 {lat['p50']}  p95 {lat['p95']}   "
           f"(200s only: p50 {lat['p50_ok']}  p95 {lat['p95_ok']})")
     print("status        " + "  ".join(f"{k}: {v}" for k, v in r["status_counts"].items()))

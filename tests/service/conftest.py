@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import httpx
 import numpy as np
 import pytest
 import torch
+import uvicorn
 from fastapi.testclient import TestClient
 from PIL import Image
 
@@ -76,6 +78,39 @@ def make_client(weights_dir: Path) -> Iterator[Callable[..., TestClient]]:
     yield make
     for client in opened:
         client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def make_server(weights_dir: Path) -> Iterator[Callable[..., str]]:
+    """make_server(**settings) -> base URL of the app under a real uvicorn in this process (a thread),
+    model loaded: for what needs real sockets (disconnects, connection close, stalled uploads)."""
+    running: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def make(**overrides: object) -> str:
+        values = {"model": "asa-small", "weights_dir": weights_dir, "device": "cpu", "threads": 1,
+                  **overrides}
+        app = create_app(Settings(**values))  # type: ignore[arg-type]
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                               lifespan="on"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        running.append((server, thread))
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    return base
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and thread.is_alive(), "in-process server did not start"
+            time.sleep(0.05)
+
+    yield make
+    for server, thread in running:
+        server.should_exit = True
+        thread.join(10)
 
 
 @pytest.fixture(scope="session")

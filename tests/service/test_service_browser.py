@@ -46,6 +46,12 @@ def browser(tmp_path_factory: pytest.TempPathFactory):
         driver.quit()
 
 
+def _boxes(driver) -> list[list[int]]:
+    return driver.execute_script(
+        "return ['before', 'after'].map(id => { const r = document.getElementById(id)"
+        ".getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)]; });")
+
+
 def _wait(driver, condition, timeout: float = 90):
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -78,11 +84,35 @@ def test_page_upscales_compares_and_reports_errors(browser, live_server: str, tm
     assert browser.find_element(By.ID, "result").is_displayed()
     assert "180×120" in browser.find_element(By.ID, "info").text
     assert browser.find_element(By.ID, "download").get_attribute("download") == "astronaut_x3.png"
-    # Before and after are drawn at the same size, whatever the slider says.
-    boxes = browser.execute_script(
-        "return ['before', 'after'].map(id => { const r = document.getElementById(id)"
-        ".getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)]; });")
-    assert boxes[0] == boxes[1] and boxes[0][0] > 200
+    # Before and after are drawn at the same size, whatever the slider says; a 180-px result fits the
+    # card, so it starts at 1:1 (not stretched and blurred); the toggle fits it to the card and back.
+    boxes = _boxes(browser)
+    assert boxes[0] == boxes[1] == [180, 120]
+    assert browser.find_element(By.ID, "view-toggle").get_attribute("aria-pressed") == "true"
+    browser.find_element(By.ID, "view-toggle").click()
+    boxes = _boxes(browser)
+    assert boxes[0] == boxes[1] and boxes[0][0] > 600
+    browser.find_element(By.ID, "view-toggle").click()
+    assert _boxes(browser)[1] == [180, 120]
+
+    # The divider can be dragged on the image itself.
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    compare = browser.find_element(By.ID, "compare")
+    ActionChains(browser).move_to_element_with_offset(compare, -45, 0).click_and_hold() \
+        .move_to_element_with_offset(compare, 45, 0).release().perform()  # from 25% to 75%
+    assert abs(float(browser.find_element(By.ID, "slider").get_attribute("value")) - 75) < 3
+    # The loupe: 4x the image pixels under the pointer, from the side of the divider it is on.
+    browser.find_element(By.ID, "loupe-toggle").click()
+    ActionChains(browser).move_to_element_with_offset(compare, 60, 10).perform()  # right of the divider
+    loupe = browser.find_element(By.ID, "loupe")
+    _wait(browser, lambda d: loupe.is_displayed(), 10)
+    assert loupe.value_of_css_property("background-size") == "720px 480px"
+    assert loupe.get_attribute("data-side") == "after"
+    ActionChains(browser).move_to_element_with_offset(compare, -60, 10).perform()
+    assert loupe.get_attribute("data-side") == "before"
+    browser.save_screenshot(str(ARTIFACTS / "service-page-loupe.png"))
+    browser.find_element(By.ID, "loupe-toggle").click()
 
     assert not browser.find_element(By.ID, "budget").is_displayed()  # overlay only when asked for
     browser.save_screenshot(str(ARTIFACTS / "service-page-compare.png"))
@@ -92,7 +122,20 @@ def test_page_upscales_compares_and_reports_errors(browser, live_server: str, tm
     _wait(browser, lambda d: d.execute_script(
         "const b = document.getElementById('budget'); return !b.hidden && b.complete && b.naturalWidth > 0;"))
     assert browser.execute_script("return document.getElementById('budget').naturalWidth") == 180
-    assert "pale yellow = 8" in browser.find_element(By.ID, "status").text
+    # The legend: a small colour bar beside the image, 0 at the bottom and k_max (8) at the top.
+    legend = browser.find_element(By.ID, "legend")
+    assert legend.is_displayed()
+    assert browser.find_element(By.ID, "legend-max").text == "8"
+    assert browser.find_element(By.CLASS_NAME, "legend-min").text == "0"
+    box, bar, top, bottom = browser.execute_script(
+        "return ['viewport', 'legend'].map(id => document.getElementById(id).getBoundingClientRect())"
+        ".concat(['legend-max', 'legend-min'].map(c => document.querySelector('.' + c) || "
+        "document.getElementById(c)).map(e => e.getBoundingClientRect()));")
+    assert bar["left"] >= box["right"] - 1 and bar["top"] < box["bottom"] and bar["width"] < 100
+    assert top["top"] < bottom["top"]
+    status = browser.find_element(By.ID, "status").text
+    assert len(status) < 40, status  # no long legend in the status line
+    assert browser.find_element(By.ID, "progress").size["width"] > 300  # not squeezed by it
     browser.save_screenshot(str(ARTIFACTS / "service-page-budget.png"))
 
     # A file that is not an image: the API's detail is shown to the person.
@@ -103,3 +146,106 @@ def test_page_upscales_compares_and_reports_errors(browser, live_server: str, tm
     assert "Error 415" in message and "not a supported image" in message
     assert not browser.find_element(By.ID, "result").is_displayed()  # no stale result beside the error
     browser.save_screenshot(str(ARTIFACTS / "service-page-error.png"))
+
+
+def _photo(tmp_path: Path, name: str, **save: object) -> Path:
+    path = tmp_path / name
+    Image.fromarray(skimage_data.astronaut()[40:200:4, 120:360:4]).save(path, **save)  # 60x40
+    return path
+
+
+def test_tiff_input_shows_the_servers_decoding_as_before(browser, live_server: str, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.get(live_server + "/")
+    _wait(browser, lambda d: not d.find_element(By.ID, "upscale").get_attribute("disabled") or
+          d.find_element(By.ID, "model").get_attribute("value"))
+    browser.find_element(By.ID, "file").send_keys(str(_photo(tmp_path, "shot.tif", format="TIFF")))
+    _wait(browser, lambda d: "decoded by the server" in d.find_element(By.ID, "file-info").text, 30)
+    assert "60×40" in browser.find_element(By.ID, "file-info").text
+    browser.find_element(By.ID, "upscale").click()
+    _wait(browser, lambda d: d.find_element(By.ID, "result").is_displayed())
+    before = browser.find_element(By.ID, "before")
+    natural = "return arguments[0].complete ? [arguments[0].naturalWidth, arguments[0].naturalHeight] : null"
+    _wait(browser, lambda d: d.execute_script(natural, before))
+    assert browser.execute_script(natural, before) == [60, 40]  # a real picture, not a broken image
+    note = browser.find_element(By.ID, "before-note")
+    assert note.is_displayed() and "server's decoding" in note.text
+    # The before side really differs from the result: sample both at the same spot through a canvas.
+    differ = browser.execute_script("""
+        const px = (img) => { const c = document.createElement('canvas'); c.width = 120; c.height = 80;
+          const g = c.getContext('2d'); g.drawImage(img, 0, 0, 120, 80);
+          return g.getImageData(0, 0, 120, 80).data; };
+        const a = px(document.getElementById('before')), b = px(document.getElementById('after'));
+        let d = 0; for (let i = 0; i < a.length; i++) d += Math.abs(a[i] - b[i]); return d / a.length;""")
+    assert 0 < differ < 60  # similar pictures (the same shot), not the same image
+    browser.save_screenshot(str(ARTIFACTS / "service-page-tiff.png"))
+
+
+def test_quality_box_follows_the_real_output_format(browser, live_server: str, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(live_server + "/")
+    quality = browser.find_element(By.ID, "quality")
+    browser.find_element(By.ID, "file").send_keys(str(_photo(tmp_path, "shot.jpg", format="JPEG")))
+    fmt = Select(browser.find_element(By.ID, "format"))
+    assert fmt.first_selected_option.get_attribute("value") == "same"
+    assert quality.is_enabled()  # JPEG in, JPEG out: the quality applies
+    browser.find_element(By.ID, "file").send_keys(str(_photo(tmp_path, "shot.png")))
+    assert not quality.is_enabled()
+    fmt.select_by_value("webp")
+    assert quality.is_enabled()
+    icon = "return fetch('/favicon.ico').then(r => [r.status, r.headers.get('content-type')])"
+    assert browser.execute_script(icon) == [200, "image/png"]
+
+
+def test_api_key_flow_says_what_is_needed_and_applies_the_key_as_typed(browser, make_server,
+                                                                         tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    base = make_server(api_key="s3cret-key")
+    browser.get(base + "/")
+    hint = browser.find_element(By.ID, "hint")
+    _wait(browser, lambda d: "needs an API key" in hint.text, 30)
+    assert browser.find_element(By.ID, "key-box").get_attribute("open") is not None
+    assert not browser.find_element(By.ID, "upscale").is_enabled()
+    browser.find_element(By.ID, "file").send_keys(str(_photo(tmp_path, "shot.png")))
+    assert "needs an API key" in hint.text  # choosing a file does not hide why nothing works
+    key = browser.find_element(By.ID, "api-key")
+    fits = browser.execute_script("""
+        const i = arguments[0], s = getComputedStyle(i);
+        const g = document.createElement('canvas').getContext('2d');
+        g.font = s.font; const room = i.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+        return g.measureText(i.placeholder).width <= room;""", key)
+    assert fits, "the key's placeholder is cut off"
+    key.send_keys("wrong")
+    _wait(browser, lambda d: "API key is wrong" in hint.text, 30)
+    browser.save_screenshot(str(ARTIFACTS / "service-page-key-needed.png"))
+    key.clear()
+    key.send_keys("s3cret-key")  # no blur, no Enter: applied as typed
+    _wait(browser, lambda d: len(Select(d.find_element(By.ID, "model")).options) > 0, 30)
+    _wait(browser, lambda d: d.find_element(By.ID, "upscale").is_enabled(), 10)
+    assert hint.text == ""
+    browser.find_element(By.ID, "upscale").click()
+    _wait(browser, lambda d: d.find_element(By.ID, "result").is_displayed())
+    assert browser.find_element(By.ID, "after").get_attribute("data-width") == "120"
+    browser.save_screenshot(str(ARTIFACTS / "service-page-key-ok.png"))
+
+
+def test_drop_wording_only_where_files_can_be_dropped(browser, live_server: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(live_server + "/")
+    assert browser.find_element(By.CLASS_NAME, "drop-hint").is_displayed()  # a desktop pointer
+    browser.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 5})
+    try:
+        browser.get(live_server + "/")
+        assert not browser.find_element(By.CLASS_NAME, "drop-hint").is_displayed()  # a touch screen
+        assert "Choose an image" in browser.find_element(By.ID, "drop-text").text
+        browser.save_screenshot(str(ARTIFACTS / "service-page-touch.png"))
+    finally:
+        browser.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": False})

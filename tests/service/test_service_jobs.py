@@ -1,13 +1,21 @@
-"""JobPool: bounded admission, time limits, slots held by jobs that outlive their request."""
+"""JobPool: bounded admission, time limits, jobs told to stop when their request gives up, Retry-After."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
-from service.jobs import JobPool, JobTimeoutError, QueueFullError
+from service.jobs import (
+    PRIOR_SECONDS_PER_JOB,
+    PRIOR_SECONDS_PER_MP,
+    ClientGoneError,
+    JobPool,
+    JobTimeoutError,
+    QueueFullError,
+)
 
 
 def _blocker() -> tuple[threading.Event, threading.Event, object]:
@@ -40,7 +48,8 @@ def test_queue_full_is_refused_at_once_with_retry_after() -> None:
         first = asyncio.ensure_future(pool.run(job, 1, timeout=10))
         second = asyncio.ensure_future(pool.run(job, 2, timeout=10))  # waits in the queue
         await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
-        assert pool.stats() == {"workers": 1, "max_queue": 1, "running": 1, "waiting": 1, "completed": 0}
+        assert pool.stats() == {"workers": 1, "max_queue": 1, "running": 1, "waiting": 1, "completed": 0,
+                                "cancelled": 0}
         with pytest.raises(QueueFullError) as info:
             await pool.run(job, 3, timeout=10)
         assert info.value.retry_after >= 1
@@ -51,7 +60,7 @@ def test_queue_full_is_refused_at_once_with_retry_after() -> None:
     pool.shutdown()
 
 
-def test_timed_out_job_keeps_its_slot_until_it_really_ends() -> None:
+def test_job_that_ignores_its_stop_event_keeps_its_slot_until_it_really_ends() -> None:
     pool = JobPool(workers=1, max_queue=0)
     started, release, job = _blocker()
 
@@ -59,7 +68,7 @@ def test_timed_out_job_keeps_its_slot_until_it_really_ends() -> None:
         with pytest.raises(JobTimeoutError, match="0.1 s"):
             await pool.run(job, 1, timeout=0.1)
         assert started.is_set()
-        # The torch call cannot be interrupted: the pool is still full, no pile-up behind it.
+        # This job never looks at its stop event: the pool stays full, no pile-up behind it.
         with pytest.raises(QueueFullError):
             await pool.run(lambda: 0, timeout=1)
         release.set()
@@ -90,3 +99,130 @@ def test_waiting_job_that_times_out_is_dropped_from_the_queue() -> None:
     asyncio.run(main())
     pool.shutdown()
     assert not ran.is_set()
+
+
+def _stoppable() -> tuple[threading.Event, threading.Event, object]:
+    """A long job that polls its stop event, as the engine does before every network forward."""
+    started, stop = threading.Event(), threading.Event()
+
+    def job() -> str:
+        started.set()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if stop.is_set():
+                raise RuntimeError("cancelled")
+            time.sleep(0.01)
+        return "ran to the end"
+
+    return started, stop, job
+
+
+async def _wait_idle(pool: JobPool, seconds: float = 2.0) -> float:
+    t0 = time.monotonic()
+    while pool.stats()["running"] or pool.stats()["waiting"]:
+        assert time.monotonic() - t0 < seconds, f"the pool is still busy: {pool.stats()}"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - t0
+
+
+def test_timed_out_job_is_told_to_stop_and_frees_its_slot() -> None:
+    pool = JobPool(workers=1, max_queue=0)
+    started, stop, job = _stoppable()
+
+    async def main() -> None:
+        t0 = time.monotonic()
+        with pytest.raises(JobTimeoutError):
+            await pool.run(job, timeout=0.2, stop=stop)
+        assert started.is_set() and stop.is_set()
+        await _wait_idle(pool)
+        assert time.monotonic() - t0 < 2  # not the job's 20 s
+        assert pool.stats()["cancelled"] == 1 and pool.stats()["completed"] == 0
+        assert await pool.run(lambda: 5, timeout=1) == 5
+
+    asyncio.run(main())
+    pool.shutdown()
+
+
+def test_disconnected_client_stops_its_job() -> None:
+    pool = JobPool(workers=1, max_queue=1)
+    started, stop, job = _stoppable()
+    gone = threading.Event()
+
+    async def disconnected() -> bool:
+        return gone.is_set()
+
+    async def main() -> None:
+        running = asyncio.ensure_future(pool.run(job, timeout=30, stop=stop, disconnected=disconnected))
+        waiting_stop = threading.Event()
+        waiting = asyncio.ensure_future(pool.run(lambda: "never", timeout=30, stop=waiting_stop,
+                                                 disconnected=disconnected))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
+        gone.set()
+        for task in (running, waiting):
+            with pytest.raises(ClientGoneError):
+                await asyncio.wait_for(task, 2)
+        assert stop.is_set() and waiting_stop.is_set()
+        await _wait_idle(pool)
+        assert pool.stats()["cancelled"] == 1  # the waiting one never started
+
+    asyncio.run(main())
+    pool.shutdown()
+
+
+def test_cancelled_request_task_stops_its_job() -> None:
+    pool = JobPool(workers=1, max_queue=0)
+    started, stop, job = _stoppable()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(pool.run(job, timeout=30, stop=stop))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert stop.is_set()
+        await _wait_idle(pool)
+
+    asyncio.run(main())
+    pool.shutdown()
+
+
+def test_retry_after_is_the_queued_work_over_the_workers() -> None:
+    pool = JobPool(workers=2, max_queue=3)
+    release = threading.Event()
+
+    async def main() -> None:
+        jobs = [asyncio.ensure_future(pool.run(release.wait, 10, timeout=30, cost_mp=8.0)) for _ in range(5)]
+        while pool.stats()["running"] < 2:
+            await asyncio.sleep(0.01)
+        with pytest.raises(QueueFullError) as info:
+            await pool.run(release.wait, timeout=30, cost_mp=8.0)
+        one = PRIOR_SECONDS_PER_JOB + PRIOR_SECONDS_PER_MP * 8.0  # ~10 s each, nothing measured yet
+        assert abs(info.value.retry_after - 5 * one / 2) <= 1.5  # five jobs on two workers, ~25 s
+        release.set()
+        await asyncio.gather(*jobs)
+
+    asyncio.run(main())
+    pool.shutdown()
+
+
+def test_retry_after_learns_the_seconds_per_megapixel() -> None:
+    pool = JobPool(workers=1, max_queue=0)
+
+    async def main() -> None:
+        for _ in range(15):  # jobs of 1 MP that take 0.1 s, and tiny ones that take ~0
+            await pool.run(time.sleep, 0.1, timeout=5, cost_mp=1.0)
+            await pool.run(lambda: None, timeout=5, cost_mp=0.01)
+        assert 0.05 < pool.estimate(1.0) < 0.4  # the prior said 1.3 s
+        assert pool.estimate(0.01) < 0.05
+        release = threading.Event()
+        busy = asyncio.ensure_future(pool.run(release.wait, 10, timeout=30, cost_mp=100.0))
+        while not pool.stats()["running"]:
+            await asyncio.sleep(0.01)
+        with pytest.raises(QueueFullError) as info:
+            await pool.run(lambda: None, timeout=1)
+        assert 5 <= info.value.retry_after <= 35  # 100 MP at ~0.1 s/MP (0.3 if the machine is busy)
+        release.set()
+        await busy
+
+    asyncio.run(main())
+    pool.shutdown()

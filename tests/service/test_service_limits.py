@@ -91,3 +91,60 @@ def test_api_key_is_checked_before_the_body_is_read() -> None:
     assert json.loads(body) == {"detail": "need a key"}
     assert _call(app, [b"x" * 10] * 5, [(b"x-api-key", b"wrong")])[:3:2] == (401, 0)
     assert _call(app, [b"x" * 10] * 5, [(b"x-api-key", b"k3y")])[:2] == (200, b"50")
+
+
+def _timed_call(app, pieces: list[tuple[float, bytes]]) -> tuple[int, dict[bytes, bytes], bytes]:
+    """Like _call, but each piece of the body arrives after its delay (seconds)."""
+    sent: list[dict] = []
+    i = 0
+
+    async def receive() -> dict:
+        nonlocal i
+        if i >= len(pieces):
+            await asyncio.sleep(3600)  # a client that never sends the rest
+        delay, body = pieces[i]
+        i += 1
+        await asyncio.sleep(delay)
+        return {"type": "http.request", "body": body, "more_body": i < len(pieces)}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/upscale", "headers": []}
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], dict(start["headers"]), body
+
+
+def test_stalled_body_gets_408_and_a_slow_steady_one_passes() -> None:
+    app = BodyLimitMiddleware(_reading_app, max_bytes=1000, idle_timeout=0.2)
+    steady = [(0.1, b"x" * 10)] * 8  # 0.8 s in all, never 0.2 s without data
+    assert _timed_call(app, steady)[::2] == (200, b"80")
+    status, headers, body = _timed_call(app, [(0.0, b"x" * 10), (0.5, b"y")])
+    assert status == 408 and headers[b"connection"] == b"close"
+    assert json.loads(body)["detail"] == "upload stalled: no data for 0.2 s (the server's body timeout)"
+
+
+def test_413_answered_by_the_framework_still_closes_the_connection() -> None:
+    async def framework(scope, receive, send) -> None:
+        try:
+            while (await receive()).get("more_body"):
+                pass
+        except Exception as e:  # noqa: BLE001 - like FastAPI answering the HTTPException itself
+            await send({"type": "http.response.start", "status": e.status_code,
+                        "headers": [(b"connection", b"keep-alive")]})
+            await send({"type": "http.response.body", "body": b"too big"})
+
+    sent: list[dict] = []
+    chunks = iter([b"x" * 8] * 5)
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": next(chunks), "more_body": True}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/upscale", "headers": []}
+    asyncio.run(BodyLimitMiddleware(framework, max_bytes=10)(scope, receive, send))
+    assert sent[0]["status"] == 413 and sent[0]["headers"] == [(b"connection", b"close")]

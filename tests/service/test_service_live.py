@@ -52,6 +52,7 @@ def test_serve_cli_errors_are_messages_not_tracebacks(weights_dir: Path, tmp_pat
          "unknown device 'tpu'"),
         (["serve"], {"SR_WORKERS": "lots"}, "SR_WORKERS='lots'"),
         (["serve", "--workers", "0"], {}, "workers must be >= 1"),
+        (["serve"], {"SR_API_KEY": "clé"}, "API key must be printable ASCII"),
     ]
     for argv, env, message in cases:
         done = _sr(*argv, env=env)
@@ -79,6 +80,7 @@ def test_bench_serve_reports_a_bounded_loopback_run(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["requests"] == 24 and report["healthy_after"] is True
+    assert report["queue"] == 4 and report["retry"] is False  # the server's own default queue
     counts = report["status_counts"]
     assert sum(counts.values()) == 24
     assert counts["200"] == 18 and counts["400"] + counts["415"] + counts["422"] == 6  # 25 % bad
