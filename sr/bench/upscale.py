@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="device for the models (default cpu)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: usable CPUs)")
     p.add_argument("--tile", default="auto", help="tile size for the models: auto, 0 (off) or pixels")
+    p.add_argument("--attention-path", default="auto", choices=("auto", "tiered", "static"),
+                   help="routed attention's inference path (default auto: tiered on CPU, static elsewhere)")
     p.add_argument("--max-images", type=int, default=None, help="use only the first N images")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON ('-' = stdout)")
     p.add_argument("--repeat", action="store_true",
@@ -97,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     models = []
     for name in args.model or DEFAULT_MODELS:
         try:
-            up = Upscaler(name, device=args.device, tile=tile, threads=args.threads)
+            up = Upscaler(name, device=args.device, tile=tile, threads=args.threads,
+                          attention_path=args.attention_path)
         except UpscaleError as e:
             raise CLIError(f"{e}" + ("" if args.model else " (pass --model NAME_OR_PATH)")) from None
         if len(up.scales) != 1:
@@ -127,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
             row = {"method": label, "scale": s, "images": len(inputs), "output_mp": round(mp, 3),
                    "seconds": round(seconds, 3), "mp_per_s": round(mp / seconds, 4),
                    "device": str(up.device) if label == Path(name).stem else "cpu", "threads": up.threads}
+            if label == Path(name).stem:
+                row["attention_path"] = up.attention_path
             if again:
                 row.update(seconds_repeat=round(again[0], 3), mp_per_s_repeat=round(mp / again[0], 4))
             rows.append(row)

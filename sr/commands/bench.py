@@ -11,6 +11,7 @@ BENCHMARKS = {
     "attention": "attention family: time and peak memory vs dense, by feature-map size",
     "train": "training-step time per preset and attention kind",
     "upscale": "upscaling throughput (output MP/s) of shipped models vs bicubic",
+    "paths": "inference paths side by side: tiered vs static attention, torch.compile, onnxruntime",
     "serve": "bounded load test of the HTTP service on loopback",
 }
 

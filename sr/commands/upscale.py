@@ -55,6 +55,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for the model (default: usable CPUs)")
+    p.add_argument("--attention-path", default="auto", choices=("auto", "tiered", "static"),
+                   help="routed attention at inference: tiered (compute follows the budget; fastest on "
+                        "CPU), static (fixed shapes, no host syncs; GPUs); auto = tiered on CPU only")
+    p.add_argument("--compile", action="store_true",
+                   help="run the network through torch.compile (static path; the first tile of each "
+                        "run pays the compilation; measured by sr bench paths)")
     p.add_argument("-f", "--format", default="png", choices=FORMATS,
                    help="output format; 'same' keeps jpg/webp/png inputs' format (others become png)")
     p.add_argument("-q", "--quality", type=int, default=95, help="JPEG/WebP quality 1-100 (default 95)")
@@ -297,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         up = Upscaler(args.model, device=args.device, tile=tile, tile_overlap=args.tile_overlap,
-                      threads=args.threads)
+                      threads=args.threads, attention_path=args.attention_path, compile=args.compile)
         if args.scale is not None:
             up.plan(1, 1, scale=args.scale)  # checks that the model has this scale
     except UpscaleError as e:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .. import weights as sr_weights
-from ..models import SRNet
+from ..models import ATTENTION_PATHS, SRNet, set_attention_path
 from .devices import DeviceError, available_memory, configure_threads, pick_dtype, resolve_device
 from .ensemble import self_ensemble
 from .resample import resize_to
@@ -45,6 +45,15 @@ MAX_OUTPUT_PIXELS = 2**28
 ACTIVATION_BYTES_PER_CHANNEL_PX = 12
 AUTO_TILE_MEMORY_FRACTION = {"cpu": 0.25, "mps": 0.25, "cuda": 0.5}
 AUTO_TILE_MAX = {"cpu": 1024, "mps": 1024, "cuda": 2048}
+# The static attention path scores every pooled region against every other (N^2 per tile), so its
+# auto tile stays smaller: 768 px at stride 2 and 4x4 regions is N = 2304, 21 MB of scores per image.
+AUTO_TILE_MAX_STATIC = 768
+# GPU hygiene (issue 27): on CUDA the engine runs several tiles per forward and pads every forward's
+# input up to a multiple of SHAPE_BUCKET pixels, so shapes repeat across images (each new shape costs
+# kernel selection, and the tiered path's host syncs are gone with the static path). On CPU the
+# tiered path with exact tile shapes measured fastest (`sr bench paths`: static 0.79x tiered).
+SHAPE_BUCKET = {"cuda": 64}
+TILE_BATCH = {"cuda": 8}
 
 
 class UpscaleError(ValueError):
@@ -74,6 +83,7 @@ class _Loaded:
     scale: int
     align: int  # tile starts are multiples of this (attention stride x region/window)
     channels: int
+    forward: Any = None  # what runs the network: the net itself, or its torch.compile'd wrapper
 
 
 def _attention_align(net: SRNet) -> int:
@@ -138,12 +148,34 @@ class Upscaler:
         tile_overlap: int = DEFAULT_TILE_OVERLAP,
         weights_dir: str | Path | None = None,
         threads: int | None = None,
+        attention_path: str = "auto",
+        compile: bool = False,
+        tile_batch: int | None = None,
+        shape_bucket: int | None = None,
     ) -> None:
         try:
             self.device = resolve_device(device)
         except DeviceError as e:
             raise UpscaleError(str(e)) from None
         self.dtype = pick_dtype(self.device)
+        if attention_path == "auto":  # measured: tiered on CPU, fixed shapes wherever a host sync costs
+            attention_path = "tiered" if self.device.type == "cpu" else "static"
+        if attention_path not in ATTENTION_PATHS:
+            raise UpscaleError(
+                f"attention path must be auto, {' or '.join(ATTENTION_PATHS)}, got {attention_path!r}"
+            )
+        if compile and attention_path != "static":
+            attention_path = "static"  # the tiered path breaks the graph: compiling needs the static one
+        self.attention_path, self.compile = attention_path, bool(compile)
+        for label, value in (("tile_batch", tile_batch), ("shape_bucket", shape_bucket)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise UpscaleError(f"{label} must be a positive integer, got {value!r}")
+        self.tile_batch = tile_batch or TILE_BATCH.get(self.device.type, 1)
+        self.shape_bucket = shape_bucket or SHAPE_BUCKET.get(self.device.type)
+        if self.device.type == "cuda":
+            # No per-shape autotuning while serving: cuDNN's benchmark mode times every algorithm for
+            # each new input shape (the trainer turns it on for its fixed patches; serving must not).
+            torch.backends.cudnn.benchmark = False
         # channels-last on CPU/CUDA: oneDNN/cuDNN's native conv layout, and the attention's region
         # gathers then copy contiguous per-token vectors (x2 on this CPU: ~27% faster, same output)
         self.memory_format = (
@@ -238,7 +270,10 @@ class Upscaler:
                     raise UpscaleError(str(e)) from None
                 net = net.to(device=self.device, dtype=self.dtype, memory_format=self.memory_format)
                 net = net.eval().requires_grad_(False)
-                loaded = _Loaded(net, path.stem, scale, _attention_align(net), net.cfg.channels)
+                set_attention_path(net, self.attention_path)
+                # dynamic=True: one graph for every tile shape (the static path has no size branches)
+                forward = torch.compile(net, dynamic=True) if self.compile else net
+                loaded = _Loaded(net, path.stem, scale, _attention_align(net), net.cfg.channels, forward)
                 self._models[scale] = loaded
         return loaded
 
@@ -311,6 +346,8 @@ class Upscaler:
             budget = AUTO_TILE_MEMORY_FRACTION[self.device.type] * available_memory(self.device)
             side = int(math.sqrt(max(budget, 0) / per_px))
             side = min(side, AUTO_TILE_MAX[self.device.type])
+            if self.attention_path == "static":
+                side = min(side, AUTO_TILE_MAX_STATIC)
             if h <= side and w <= side:
                 return None  # the whole image fits: exact, and no overlap recomputed
             side = max(side // loaded.align * loaded.align, min_tile(self.tile_overlap, loaded.align))
@@ -327,39 +364,57 @@ class Upscaler:
         """(fn, align) for measuring the tiling itself: ``fn`` runs the model on one (h, w, C) float32
         tile (call it under ``torch.inference_mode()``); tile starts should be multiples of ``align``."""
         loaded = self._get(scale)
-        return (lambda a: self._run_tile(loaded, a, with_budget_map)), loaded.align
+        return (lambda a: self._run_tiles(loaded, [a], with_budget_map)[0]), loaded.align
 
-    def _run_tile(
-        self, loaded: _Loaded, arr: np.ndarray, want_budget: bool, tta: bool = False,
+    def _run_tiles(
+        self, loaded: _Loaded, arrs: list[np.ndarray], want_budget: bool, tta: bool = False,
         should_stop: StopCheck | None = None,
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """(h, w, C) float32 -> ((s*h, s*w, C) float32 in [0, 1], budget (h, w) or None)."""
-        h, w, c = arr.shape
-        x = torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))[None]  # (1, C, h, w)
+    ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """[(h, w, C) float32] -> [((s*h, s*w, C) float32 in [0, 1], budget (h, w) or None)], one forward.
+
+        With a shape bucket the tiles are padded (edge replication, bottom/right) to one shape, a
+        multiple of the bucket, and run as one batch; outputs are cropped back. Without one (CPU) a
+        single tile runs at its exact size.
+        """
+        c = arrs[0].shape[2]
+        sizes = [a.shape[:2] for a in arrs]
+        if self.shape_bucket:
+            step = math.lcm(self.shape_bucket, loaded.align)
+            hb = -(-max(h for h, _ in sizes) // step) * step
+            wb = -(-max(w for _, w in sizes) // step) * step
+            arrs = [np.pad(a, ((0, hb - a.shape[0]), (0, wb - a.shape[1]), (0, 0)), mode="edge")
+                    for a in arrs]
+        elif len(arrs) > 1:
+            raise ValueError("several tiles per forward need a shape bucket")
+        x = torch.from_numpy(np.ascontiguousarray(np.stack(arrs).transpose(0, 3, 1, 2)))  # (B, C, H, W)
         if c == 1:
-            x = x.expand(1, 3, h, w)  # gray (or alpha) through the RGB model, averaged back below
+            x = x.expand(-1, 3, -1, -1)  # gray (or alpha) through the RGB model, averaged back below
         x = x.to(device=self.device, dtype=self.dtype)
 
         def net(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            # Checked before every forward (each tile, ensemble view and pass): the finest point at
-            # which a running torch call can be abandoned.
+            # Checked before every forward (each tile batch, ensemble view and pass): the finest point
+            # at which a running torch call can be abandoned.
             if should_stop is not None and should_stop():
                 raise UpscaleCancelled("upscaling cancelled")
             t = t.contiguous(memory_format=self.memory_format)
             aux: dict | None = {} if want_budget else None
-            y = loaded.net(t, aux)  # (1, 3, sh, sw)
+            y = loaded.forward(t, aux) if aux is not None else loaded.forward(t)  # (B, 3, sH, sW)
             if aux is None or not aux.get("budget_maps"):
                 return y, None
-            maps = torch.cat([m.float() for m in aux["budget_maps"]], dim=1)  # (1, n_blocks, h, w)
+            maps = torch.cat([m.float() for m in aux["budget_maps"]], dim=1)  # (B, n_blocks, H, W)
             return y, maps.mean(dim=1, keepdim=True)
 
         y, budget_map = self_ensemble(net, x) if tta else net(x)
         y = y.float().clamp_(0, 1)
         if c == 1:
             y = y.mean(dim=1, keepdim=True)
-        out = y[0].permute(1, 2, 0).cpu().numpy()
-        budget = None if budget_map is None else budget_map[0, 0].cpu().numpy()
-        return out, budget
+        out = y.permute(0, 2, 3, 1).cpu().numpy()  # (B, sH, sW, C)
+        budgets = None if budget_map is None else budget_map[:, 0].cpu().numpy()
+        s = loaded.scale
+        return [
+            (out[i, : s * h, : s * w], None if budgets is None else budgets[i, :h, :w])
+            for i, (h, w) in enumerate(sizes)
+        ]
 
     def _run_pass(
         self, loaded: _Loaded, pixels: np.ndarray, want_budget: bool, tta: bool = False,
@@ -368,13 +423,15 @@ class Upscaler:
         h, w = pixels.shape[:2]
         tile = self._tile_for(loaded, h, w)
 
-        def run(a: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-            return self._run_tile(loaded, a, want_budget, tta, should_stop)
+        def run_many(arrs: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray | None]]:
+            return self._run_tiles(loaded, arrs, want_budget, tta, should_stop)
 
         while True:
             try:
                 return run_tiled(
-                    pixels, run, loaded.scale, tile, self.tile_overlap, loaded.align, want_budget
+                    pixels, lambda a: run_many([a])[0], loaded.scale, tile, self.tile_overlap, loaded.align,
+                    want_budget, run_many=run_many if self.tile_batch > 1 and self.shape_bucket else None,
+                    batch=self.tile_batch,
                 )
             except (RuntimeError, MemoryError) as e:
                 if self.device.type not in ("cuda", "mps") or not _is_oom(e):

@@ -18,6 +18,8 @@ import numpy as np
 
 # A model run on one tile: (h, w, C) float32 -> ((s*h, s*w, C) float32, budget (h, w) float32 or None).
 TileFn = Callable[[np.ndarray], tuple[np.ndarray, "np.ndarray | None"]]
+# The same on several tiles in one call (a batch on a GPU): a list in, a list of results out.
+BatchTileFn = Callable[[list[np.ndarray]], list[tuple[np.ndarray, "np.ndarray | None"]]]
 # Fraction of each overlap used for the cross-fade (0 = hard cut at its middle, 1 = linear across
 # all of it); 0.5 measured best or tied on trained and random models (README, `sr bench upscale`).
 BLEND_RAMP = 0.5
@@ -94,10 +96,13 @@ def run_tiled(
     align: int = 1,
     want_budget: bool = False,
     ramp: float = BLEND_RAMP,
+    run_many: BatchTileFn | None = None,
+    batch: int = 1,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Upscale (H, W, C) float32 tile by tile; returns ((sH, sW, C) float32, budget (H, W) or None).
 
-    Memory: the input, the output, and one tile's activations at a time.
+    With ``run_many``, tiles go to it ``batch`` at a time (one forward per batch on a GPU); the
+    blending is the same. Memory: the input, the output, and one batch of tiles' activations.
     """
     h, w, c = pixels.shape
     rows, cols = plan_axis(h, tile, overlap, align), plan_axis(w, tile, overlap, align)
@@ -108,9 +113,14 @@ def run_tiled(
     budget_sum = np.zeros((h, w), dtype=np.float32) if want_budget else None
     wy_out = [axis_weights(rows, i, scale, ramp) for i in range(len(rows))]
     wx_out = [axis_weights(cols, j, scale, ramp) for j in range(len(cols))]
-    for i, (y0, y1) in enumerate(rows):
-        for j, (x0, x1) in enumerate(cols):
-            tile_out, tile_budget = run(pixels[y0:y1, x0:x1])
+    spans = [(i, j) for i in range(len(rows)) for j in range(len(cols))]
+    step = batch if run_many is not None else 1
+    for start in range(0, len(spans), step):
+        group = spans[start : start + step]
+        crops = [pixels[rows[i][0] : rows[i][1], cols[j][0] : cols[j][1]] for i, j in group]
+        results = run_many(crops) if run_many is not None else [run(crops[0])]
+        for (i, j), (tile_out, tile_budget) in zip(group, results, strict=True):
+            (y0, y1), (x0, x1) = rows[i], cols[j]
             weight = wy_out[i][:, None] * wx_out[j][None, :]
             out[y0 * scale : y1 * scale, x0 * scale : x1 * scale] += tile_out * weight[:, :, None]
             if budget_sum is not None and tile_budget is not None:

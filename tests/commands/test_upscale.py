@@ -286,6 +286,7 @@ def test_bench_upscale_reports_models_and_bicubic(tmp_path, tiny, capsys):
     assert all(r["mp_per_s"] > 0 and r["images"] == 2 for r in rows)
     assert all(r["output_mp"] == round(2 * 96 * 80 / 1e6, 3) for r in rows)
     assert all("mp_per_s_repeat" not in r for r in rows)
+    assert rows[0]["attention_path"] == "tiered"  # the CPU default
     assert "MP/s" in capsys.readouterr().out
     assert main(["bench", "upscale", "--model", tiny, "--images", str(tmp_path / "hr"), "--threads", "1",
                  "--repeat", "--json", str(report)]) == 0
@@ -299,3 +300,29 @@ def test_bench_upscale_reports_models_and_bicubic(tmp_path, tiny, capsys):
     assert [(r["overlap"], r["blend"]) for r in rows] == [(0, "none"), (4, "cut"), (4, "fade"), (4, "linear")]
     assert all(r["mean_psnr"] > rows[0]["mean_psnr"] + 5 for r in rows[1:])  # overlap pays off
     assert all(r["compute"] >= 1 and r["tiles"] == 8 for r in rows)
+
+
+def test_static_attention_path_writes_the_same_image(tmp_path, tiny, capsys):
+    src = save(tmp_path / "in" / "rgb.png", photo(37, 29))
+    assert sr(str(src), "-o", str(tmp_path / "tiered"), "--model", tiny) == 0
+    assert sr(str(src), "-o", str(tmp_path / "static"), "--model", tiny, "--attention-path", "static") == 0
+    a = np.asarray(Image.open(tmp_path / "tiered" / "rgb_x2.png")).astype(int)
+    b = np.asarray(Image.open(tmp_path / "static" / "rgb_x2.png")).astype(int)
+    assert a.shape == b.shape == (74, 58, 3) and np.abs(a - b).max() <= 1  # 8-bit rounding at most
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        sr(str(src), "-o", str(tmp_path / "x"), "--model", tiny, "--attention-path", "fast")
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_bench_paths_compares_inference_paths_side_by_side(tmp_path, tiny, capsys):
+    save(tmp_path / "in" / "a.png", photo(40, 56))
+    args = ["bench", "paths", "--model", tiny, "--images", str(tmp_path / "in"), "--threads", "1",
+            "--rounds", "1"]
+    assert main([*args, "--paths", "tiered,static"]) == 0
+    out = capsys.readouterr().out
+    assert "tiered" in out and "(reference)" in out
+    static_row = next(line for line in out.splitlines() if line.startswith("static"))
+    assert "dB" in static_row or "identical" in static_row
+    assert main([*args, "--paths", "tiered,bogus"]) == 2
+    assert "unknown bogus" in capsys.readouterr().err
