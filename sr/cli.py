@@ -66,4 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m sr.cli` runs this file as __main__, a second copy of the module: call the package's
+    # own sr.cli, whose argv the lazily built sub-parsers read (this copy's would stay empty).
+    from sr.cli import main as package_main
+
+    sys.exit(package_main())

@@ -96,3 +96,11 @@ def test_python_m_sr_usage_error_has_no_traceback() -> None:
                           timeout=60)
     assert proc.returncode == 2
     assert "invalid choice: 'no-such-command'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_python_m_sr_cli_builds_lazy_sub_parsers() -> None:
+    """`python -m sr.cli` runs a second copy of the module as __main__; its sub-parsers must still see
+    the arguments (they were empty there, so `bench upscale --images ...` was refused)."""
+    proc = subprocess.run([sys.executable, "-m", "sr.cli", "bench", "paths", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "--paths" in proc.stdout
