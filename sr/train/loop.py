@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from ..data import PatchDataset, PatchSampler, build_pairs, check_rescale, check_rgb_perm
 from ..evaluation import evaluate_folder, model_upscaler, set_name
-from ..inference.devices import cpu_has_amx, resolve_device
+from ..inference.devices import cpu_has_amx, resolve_device, usable_cpus
 from ..models import SRNet, build_config, count_params
 from ..weights import WeightsError, read_metadata
 from .config import AMP_CHOICES, LOSS_CHOICES, TrainConfig
@@ -137,6 +137,12 @@ def selection_score(results: dict[str, dict[str, float]], best_on: str) -> float
     return results[best_on]["psnr"] if best_on in results else None
 
 
+def cpu_threads(requested: int, world: int) -> int:
+    """Intra-op threads per training process: ``requested``, else the usable CPUs (affinity and
+    container limits, not os.cpu_count's whole machine) shared among the ``world`` processes."""
+    return requested or max(1, usable_cpus() // world)
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
         if not 0 <= cfg.cycle_start < cfg.steps:
@@ -171,8 +177,7 @@ class Trainer:
                 self.device = torch.device("cuda", local)
                 torch.cuda.set_device(self.device)
         if self.device.type == "cpu":
-            cores = os.cpu_count() or 1
-            torch.set_num_threads(cfg.threads or max(1, cores // self.world))
+            torch.set_num_threads(cpu_threads(cfg.threads, self.world))
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # fixed patch shapes: tune each conv once
         torch.manual_seed(cfg.seed)

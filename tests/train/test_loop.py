@@ -482,3 +482,13 @@ def test_ema_update_moves_each_weight_toward_the_model_and_copies_buffers():
     assert torch.equal(ema.running_mean, model.running_mean)
     with pytest.raises(ValueError, match="differ"):
         ema_update(torch.nn.Linear(2, 2, bias=False), torch.nn.Linear(2, 2), decay=0.5)
+
+
+def test_cpu_threads_follow_the_usable_cpus_not_the_machine(monkeypatch):
+    from sr.train import loop
+
+    monkeypatch.setattr(loop.os, "cpu_count", lambda: 64)  # the machine has 64 cores ...
+    monkeypatch.setattr("sr.inference.devices.os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert loop.cpu_threads(0, 1) == 2  # ... but this process may run on two of them
+    assert loop.cpu_threads(0, 2) == 1 and loop.cpu_threads(0, 4) == 1
+    assert loop.cpu_threads(3, 2) == 3  # an explicit --threads wins
