@@ -102,6 +102,7 @@ def test_whole_network_static_equals_tiered_and_training_is_unchanged():
     assert set_attention_path(SRNet(NetConfig(attention="none")), "static") == 0
 
 
+@pytest.mark.slow
 def test_static_network_compiles_without_graph_breaks_for_any_size():
     """fullgraph=True fails on any graph break (a host read of a tensor value, a data-dependent
     shape); dynamic=True traces sizes symbolically, so one graph must serve several sizes. The eager
