@@ -18,7 +18,19 @@ from safetensors.torch import load_file, save_file
 from .models import NetConfig, SRNet, count_params
 
 FORMAT = "sr-weights-v1"
-WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+
+
+def shipped_weights_dir() -> Path:
+    """Where the shipped weights are: the checkout's weights/ (an editable install or a source tree),
+    else the copy a wheel carries inside the package (sr/_weights, made by setup.py's build hook)."""
+    package = Path(__file__).resolve().parent
+    checkout = package.parent / "weights"
+    if any(checkout.glob("*.safetensors")):
+        return checkout
+    return package / "_weights"
+
+
+WEIGHTS_DIR = shipped_weights_dir()
 
 
 class WeightsError(ValueError):

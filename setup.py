@@ -1,0 +1,26 @@
+"""Build hook only (the project is configured in pyproject.toml): ship weights/ inside the wheel.
+
+The top-level weights/ folder is where the project keeps its exported weights and model card; a
+wheel has no top level of its own, so the build copies the folder into the package as sr/_weights/,
+where sr.weights finds it after a normal (non-editable) install, from any working directory.
+"""
+
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+
+class BuildPyWithWeights(build_py):
+    def run(self) -> None:
+        super().run()
+        source = Path(__file__).resolve().parent / "weights"
+        target = Path(self.build_lib) / "sr" / "_weights"
+        target.mkdir(parents=True, exist_ok=True)
+        for f in sorted(source.glob("*.safetensors")) + [source / "README.md"]:
+            if f.is_file():
+                shutil.copy2(f, target / f.name)
+
+
+setup(cmdclass={"build_py": BuildPyWithWeights})
