@@ -157,7 +157,7 @@ async def upscale(
     quality: Annotated[int, Form(ge=1, le=100, description="JPEG/WebP quality")] = 95,
     budget_map: Annotated[bool, Form(description="return the attention-budget heat-map PNG instead")] = False,
     tta: Annotated[bool, Form(description="quality mode: average the model over 8 flips/rotations "
-                                          "(~0.1-0.2 dB better, 8x the compute)")] = False,
+                                          "(sharper, 8x the compute; gain: the model card)")] = False,
 ) -> Response:
     start = time.perf_counter()
     settings, hub = service.settings, service.hub

@@ -68,8 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="added to output names (default: _x<scale>, e.g. _x2 or _x1.5; _w<W>/_h<H>/_<W>x<H> "
                         "with --width/--height); '' keeps the input name")
     p.add_argument("--tta", action="store_true",
-                   help="quality mode: average the model over the 8 flips/rotations (~0.1-0.2 dB better, "
-                        "8x slower)")
+                   help="quality mode: average the model over the 8 flips/rotations (sharper, 8x slower; "
+                        "gain: the README's results table)")
     p.add_argument("--alpha-mode", default="bicubic", choices=ALPHA_MODES,
                    help="alpha channel: bicubic resize, or through the model as gray (default bicubic)")
     exist = p.add_mutually_exclusive_group()
