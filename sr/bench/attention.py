@@ -52,13 +52,22 @@ from ..models.attention import (
     AdaptiveSparseAttention,
     AttentionBranch,
     DenseAttention,
-    TopkAttention,
-    WindowAttention,
     attention,
+    make_attention,
 )
 from ..models.attention.common import merge_heads, split_heads
 
 METHODS = ("dense-textbook", "dense-sdpa", "window", "topk", "adaptive-b4", "adaptive-b2")
+# Method -> (registered attention kind, block index, options), built through the registry as the
+# network builds them; index 1 makes the window block a shifted one (with its mask). dense-textbook
+# is the one method that is no registered kind (TextbookDense below).
+METHOD_KINDS: dict[str, tuple[str, int, dict]] = {
+    "dense-sdpa": ("dense", 0, {}),
+    "window": ("window", 1, {"window": 8}),
+    "topk": ("topk", 0, {"region": 4, "k": 4}),
+    "adaptive-b4": ("adaptive", 0, {"region": 4, "k_min": 0, "k_max": 8, "budget": 4.0}),
+    "adaptive-b2": ("adaptive", 0, {"region": 4, "k_min": 0, "k_max": 8, "budget": 2.0}),
+}
 REFERENCE = "dense-sdpa"
 QUADRATIC = ("dense-textbook", "dense-sdpa")
 GIB = 2**30
@@ -209,15 +218,14 @@ def build_methods(
 ) -> dict[str, AttentionBranch]:
     """One block per method, all sharing the q/k/v, LePE and projection weights of the first."""
     torch.manual_seed(seed)
-    factories: dict[str, Callable[[], AttentionBranch]] = {
-        "dense-textbook": lambda: TextbookDense(channels, heads),
-        "dense-sdpa": lambda: DenseAttention(channels, heads),
-        "window": lambda: WindowAttention(channels, heads, window=8, shift=True),
-        "topk": lambda: TopkAttention(channels, heads, region=4, k=4),
-        "adaptive-b4": lambda: AdaptiveSparseAttention(channels, heads, 4, k_min=0, k_max=8, budget=4.0),
-        "adaptive-b2": lambda: AdaptiveSparseAttention(channels, heads, 4, k_min=0, k_max=8, budget=2.0),
-    }
-    modules = {name: factories[name]() for name in names}
+
+    def build(name: str) -> AttentionBranch:
+        if name == "dense-textbook":
+            return TextbookDense(channels, heads)
+        kind, index, options = METHOD_KINDS[name]
+        return make_attention(kind, channels, heads, index, **options)
+
+    modules = {name: build(name) for name in names}
     shared = next(iter(modules.values())).state_dict()
     shared = {k: v for k, v in shared.items() if not k.startswith("gate.")}
     gate_state = None

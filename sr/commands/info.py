@@ -4,7 +4,6 @@ plus the training metadata stored in weights files."""
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,14 +13,6 @@ from ..cli import CLIError
 if TYPE_CHECKING:
     from ..models import NetConfig, SRNet
 
-# The make_attention options that each attention kind actually uses.
-ATTN_OPTIONS = {
-    "none": (),
-    "dense": ("stride",),
-    "window": ("window", "stride"),
-    "topk": ("region", "k", "stride"),
-    "adaptive": ("region", "k_min", "k_max", "budget", "stride"),
-}
 # Weights metadata shown in this order under readable labels; the rest is listed as-is.
 META_FIELDS = {
     "name": "run name",
@@ -77,17 +68,17 @@ def preset_of(cfg: NetConfig, meta: dict[str, str] | None = None) -> str:
 
 
 def attention_summary(cfg: NetConfig) -> str:
-    from ..models.attention import make_attention
+    """'adaptive (region=4, ...)': the kind and the options it uses, as its registration names them."""
+    from ..models.attention import get_attention
 
-    if cfg.attention == "none":
-        return "none"
-    defaults = {
-        k: v.default for k, v in inspect.signature(make_attention).parameters.items()
-        if v.default is not inspect.Parameter.empty
-    }
+    try:
+        variant = get_attention(cfg.attention)
+        defaults, shown = variant.defaults, variant.summary
+    except ValueError:  # a kind this install does not know: its options as stored
+        defaults, shown = {}, tuple(sorted(cfg.attn_options))
     opts = {**defaults, **cfg.attn_options}
-    shown = ", ".join(f"{k}={opts[k]}" for k in ATTN_OPTIONS.get(cfg.attention, sorted(cfg.attn_options)))
-    return f"{cfg.attention} ({shown})" if shown else cfg.attention
+    text = ", ".join(f"{k}={opts[k]}" for k in shown)
+    return f"{cfg.attention} ({text})" if text else cfg.attention
 
 
 def _macs_line(model: SRNet, hw: tuple[int, int]) -> str:

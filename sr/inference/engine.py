@@ -25,6 +25,7 @@ import torch
 
 from .. import weights as sr_weights
 from ..models import ATTENTION_PATHS, SRNet, set_attention_path
+from ..models.attention import AttentionBranch, attention_k_max
 from .devices import DeviceError, available_memory, configure_threads, pick_dtype, resolve_device
 from .ensemble import self_ensemble
 from .resample import resize_to
@@ -33,8 +34,8 @@ from .tiling import TileFn, min_tile, run_tiled
 SCALES = (2, 3, 4)
 ALPHA_MODES = ("bicubic", "model")
 # Default overlap between tiles in input pixels, from the PSNR-vs-overlap sweep of `sr bench upscale
-# --sweep-tile` (README): with 16 px a trained model's tiled output is within ~66-68 dB of the whole
-# image even for 64-128 px tiles; more overlap gains < 1 dB for up to 1.8x the compute.
+# --sweep-tile` (docs/benchmarks.md): with 16 px a trained model's tiled output is within ~66-68 dB of
+# the whole image even for 64-128 px tiles; more overlap gains < 1 dB for up to 1.8x the compute.
 DEFAULT_TILE_OVERLAP = 16
 MAX_PASSES = 8
 # A hard stop for absurd requests (1x1 -> outscale 1e5): the float32 output alone would not fit.
@@ -87,12 +88,11 @@ class _Loaded:
 
 
 def _attention_align(net: SRNet) -> int:
+    """The input alignment every attention block of ``net`` states (their lcm): 1 without attention."""
     align = 1
     for m in net.modules():
-        stride = getattr(m, "stride", None)
-        grid = getattr(m, "region", None) or getattr(m, "window", None)
-        if isinstance(stride, int) and isinstance(grid, int):
-            align = math.lcm(align, stride * grid)
+        if isinstance(m, AttentionBranch):
+            align = math.lcm(align, m.align)
     return align
 
 
@@ -252,8 +252,8 @@ class Upscaler:
             raise UpscaleError(f"{path}: bad architecture metadata ({e})") from None
         if scale not in SCALES:
             raise UpscaleError(f"{path}: unsupported scale {scale}")
-        adaptive = cfg.get("attention") == "adaptive"
-        self._k_max[scale] = float((cfg.get("attn_options") or {}).get("k_max", 8)) if adaptive else None
+        # the budget cap as the attention kind states it (None: no budget map to scale)
+        self._k_max[scale] = attention_k_max(cfg.get("attention"), cfg.get("attn_options"))
         return scale
 
     def _get(self, scale: int) -> _Loaded:
@@ -474,10 +474,10 @@ class Upscaler:
         > 0) or ``width``/``height`` (one of them keeps the aspect ratio) give the exact output size,
         reached by the fewest model passes, then MATLAB-bicubic resizing. ``alpha_mode``: 'bicubic'
         resizes the alpha channel, 'model' runs it through the network as gray. ``tta`` averages the
-        network over the 8 flips/rotations of each tile (:mod:`sr.inference.ensemble`): ~0.1-0.2 dB
-        better, 8x the compute. ``should_stop``, if given, is polled before every network forward
-        (each tile, ensemble view and pass); when it returns True the call raises
-        :class:`UpscaleCancelled` and the rest of the work is skipped.
+        network over the 8 flips/rotations of each tile (:mod:`sr.inference.ensemble`): sharper (the
+        gain is in the results table), 8x the compute. ``should_stop``, if given, is polled before
+        every network forward (each tile, ensemble view and pass); when it returns True the call
+        raises :class:`UpscaleCancelled` and the rest of the work is skipped.
         """
         start = time.perf_counter()
         pixels = getattr(img, "pixels", None)
@@ -536,7 +536,7 @@ def list_models(weights_dir: str | Path | None = None) -> list[dict]:
             "scale": int(cfg.get("scale", meta.get("scale", 0))),
             "params": int(meta["params"]) if meta.get("params", "").isdigit() else None,
             "attention": cfg.get("attention"),
-            "k_max": options.get("k_max", 8) if cfg.get("attention") == "adaptive" else None,
+            "k_max": attention_k_max(cfg.get("attention"), options),
             "steps": int(meta["steps"]) if meta.get("steps", "").isdigit() else None,
             "path": str(path),
         }

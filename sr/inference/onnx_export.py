@@ -24,6 +24,7 @@ import torch
 
 from .. import weights as sr_weights
 from ..models import SRNet, set_attention_path
+from ..models.attention import attention_k_max
 
 INPUT_NAME, OUTPUT_NAME = "input", "output"
 OPSET = 18
@@ -47,12 +48,13 @@ def _require(module: str):
 def onnx_metadata(net: SRNet, meta: dict[str, str], name: str) -> dict[str, str]:
     """What a runtime needs to know about the graph, stored in the ONNX file's metadata_props."""
     options = net.cfg.attn_options or {}
+    k_max = attention_k_max(net.cfg.attention, options)  # the variant's own budget cap, or None
     return {
         "sr_model": name,
         "sr_scale": str(net.scale),
         "sr_attention": net.cfg.attention,
         "sr_budget": str(options.get("budget", "")) if net.cfg.attention == "adaptive" else "",
-        "sr_k_max": str(options.get("k_max", "")) if net.cfg.attention in ("adaptive", "topk") else "",
+        "sr_k_max": "" if k_max is None else f"{k_max:g}",
         "sr_input": "float32 NCHW RGB in [0, 1], any H and W",
         "sr_output": "float32 NCHW RGB, scale x H and W; clamp to [0, 1]",
         "sr_config": json.dumps(net.cfg.to_dict()),

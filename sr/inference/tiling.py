@@ -21,7 +21,7 @@ TileFn = Callable[[np.ndarray], tuple[np.ndarray, "np.ndarray | None"]]
 # The same on several tiles in one call (a batch on a GPU): a list in, a list of results out.
 BatchTileFn = Callable[[list[np.ndarray]], list[tuple[np.ndarray, "np.ndarray | None"]]]
 # Fraction of each overlap used for the cross-fade (0 = hard cut at its middle, 1 = linear across
-# all of it); 0.5 measured best or tied on trained and random models (README, `sr bench upscale`).
+# all of it); 0.5 measured best or tied on trained and random models (docs/benchmarks.md, `sr bench upscale`).
 BLEND_RAMP = 0.5
 
 

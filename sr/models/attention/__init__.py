@@ -1,16 +1,42 @@
-"""The attention family behind one constructor: ``make_attention(kind, dim, heads, index, **cfg)``."""
+"""The attention family behind one constructor: ``make_attention(kind, dim, heads, index, **cfg)``.
+
+Kinds are registered by name (:mod:`.registry`). The built-in ones are imported below in the order
+that ``ATTENTION_KINDS`` lists them; any other module of this package is imported after them, so a
+new variant is one new file here with a ``@register_attention`` builder (or any module that is
+imported before the network is built, e.g. a plugin or a test).
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from torch import nn
 
-from .adaptive import AdaptiveSparseAttention, BudgetGate
 from .common import AttentionBranch, attention
-from .dense import DenseAttention
-from .topk import TopkAttention
-from .window import WindowAttention, shift_mask
+from .registry import (
+    AttentionVariant,
+    attention_k_max,
+    attention_kinds,
+    get_attention,
+    make_attention,
+    register_attention,
+)
 
-ATTENTION_KINDS = ("none", "dense", "window", "topk", "adaptive")
+# isort: off
+# Registration order is ATTENTION_KINDS' order (cheapest first, as tables and benches list them).
+from .dense import DenseAttention
+from .window import WindowAttention, shift_mask
+from .topk import TopkAttention
+from .adaptive import AdaptiveSparseAttention, BudgetGate
+# isort: on
+
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module.name}")  # a no-op for those imported above
+
+# The kinds this package provides; attention_kinds() also lists variants registered later.
+ATTENTION_KINDS = attention_kinds()
 ATTENTION_PATHS = ("tiered", "static")
 
 
@@ -24,41 +50,10 @@ def set_attention_path(model: nn.Module, path: str) -> int:
     """
     if path not in ATTENTION_PATHS:
         raise ValueError(f"unknown attention path {path!r}; choose from {', '.join(ATTENTION_PATHS)}")
-    blocks = [m for m in model.modules() if isinstance(m, (AdaptiveSparseAttention, TopkAttention))]
+    blocks = [m for m in model.modules() if isinstance(m, AttentionBranch) and m.has_static_path]
     for m in blocks:
         m.static = path == "static"
     return len(blocks)
-
-
-def make_attention(
-    kind: str,
-    dim: int,
-    heads: int,
-    index: int = 0,
-    region: int = 4,
-    window: int = 8,
-    k: int = 4,
-    k_min: int = 0,
-    k_max: int = 8,
-    budget: float = 4.0,
-    stride: int = 1,
-    detail_prior: float = 0.5,
-) -> nn.Module:
-    """Build the ``index``-th attention block of a network (window blocks alternate shifts)."""
-    if kind == "none":
-        return nn.Identity()
-    if kind == "dense":
-        return DenseAttention(dim, heads, stride=stride)
-    if kind == "window":
-        return WindowAttention(dim, heads, window=window, shift=index % 2 == 1, stride=stride)
-    if kind == "topk":
-        return TopkAttention(dim, heads, region=region, k=k, stride=stride)
-    if kind == "adaptive":
-        return AdaptiveSparseAttention(
-            dim, heads, region=region, k_min=k_min, k_max=k_max, budget=budget, stride=stride,
-            detail_prior=detail_prior,
-        )
-    raise ValueError(f"unknown attention {kind!r}; choose from {', '.join(ATTENTION_KINDS)}")
 
 
 __all__ = [
@@ -66,12 +61,17 @@ __all__ = [
     "ATTENTION_PATHS",
     "AdaptiveSparseAttention",
     "AttentionBranch",
+    "AttentionVariant",
     "BudgetGate",
     "DenseAttention",
     "TopkAttention",
     "WindowAttention",
     "attention",
+    "attention_k_max",
+    "attention_kinds",
+    "get_attention",
     "make_attention",
+    "register_attention",
     "set_attention_path",
     "shift_mask",
 ]

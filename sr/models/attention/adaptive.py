@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .common import AttentionBranch, from_head_regions, pad_to_multiple, to_head_regions
+from .registry import register_attention
 from .routing import (
     pooled_topk,
     rank_mask_bias,
@@ -58,6 +59,8 @@ class BudgetGate(nn.Module):
 
 
 class AdaptiveSparseAttention(AttentionBranch):
+    has_static_path = True
+
     def __init__(
         self,
         dim: int,
@@ -78,6 +81,10 @@ class AdaptiveSparseAttention(AttentionBranch):
         self.region, self.k_min, self.k_max, self.budget = region, k_min, k_max, float(budget)
         self.gate = BudgetGate(dim, region, detail_prior=detail_prior)
         self.static = False  # inference path: tiered (False) or fixed-shape (True); see set_attention_path
+
+    @property
+    def align(self) -> int:
+        return self.stride * self.region  # regions tile the stride-pooled map from its top left
 
     def allocate(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """Continuous per-region k: (B, 1, Hr, Wr) in [k_min, min(k_max, N)], mean ~ budget."""
@@ -157,3 +164,17 @@ class AdaptiveSparseAttention(AttentionBranch):
         if aux is not None:
             aux.setdefault("gathered_regions", []).append(stats["gathered"])
         return out, k_map
+
+
+# sr info leaves detail_prior out: it shapes training's allocation, not the routing that is run
+@register_attention(
+    "adaptive", summary=("region", "k_min", "k_max", "budget", "stride"), budget_option="k_max"
+)
+def build_adaptive(
+    dim: int, heads: int, index: int, *, region: int = 4, k_min: int = 0, k_max: int = 8, budget: float = 4.0,
+    stride: int = 1, detail_prior: float = 0.5,
+) -> AdaptiveSparseAttention:
+    return AdaptiveSparseAttention(
+        dim, heads, region=region, k_min=k_min, k_max=k_max, budget=budget, stride=stride,
+        detail_prior=detail_prior,
+    )

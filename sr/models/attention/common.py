@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -88,6 +89,9 @@ class AttentionBranch(nn.Module):
     CPU the attention then costs stride^2 less, while the conv blocks keep full-resolution detail.
     """
 
+    # True for variants with a fixed-shape inference path behind a ``static`` flag (set_attention_path)
+    has_static_path: ClassVar[bool] = False
+
     def __init__(self, dim: int, heads: int, positional: bool = True, stride: int = 1) -> None:
         super().__init__()
         if dim % heads:
@@ -101,6 +105,12 @@ class AttentionBranch(nn.Module):
         # residual stream and slowed early training). Not exactly zero, so every weight has a gradient.
         nn.init.normal_(self.proj.weight, std=1e-3)
         nn.init.zeros_(self.proj.bias)
+
+    @property
+    def align(self) -> int:
+        """Input alignment: a tile whose start is a multiple of this sees the grid (regions, windows)
+        that the whole image does, so tiled inference matches it. 1: any start (dense attention)."""
+        return 1
 
     @torch.no_grad()
     def start_as_identity(self) -> None:

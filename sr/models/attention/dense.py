@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from .common import AttentionBranch
+from .registry import register_attention
 
 
 class DenseAttention(AttentionBranch):
@@ -16,3 +17,8 @@ class DenseAttention(AttentionBranch):
         q, k, v = (t.reshape(b, self.heads, d, h * w).transpose(2, 3).contiguous() for t in (q, k, v))
         out = F.scaled_dot_product_attention(q, k, v)  # (B, heads, HW, d)
         return out.transpose(2, 3).reshape(b, c, h, w)
+
+
+@register_attention("dense")
+def build_dense(dim: int, heads: int, index: int, *, stride: int = 1) -> DenseAttention:
+    return DenseAttention(dim, heads, stride=stride)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import torch
 
 from .common import AttentionBranch, pad_to_multiple
+from .registry import register_attention
 from .routing import routed_attention, static_routed_attention
 
 
 class TopkAttention(AttentionBranch):
+    has_static_path = True
+
     def __init__(
         self, dim: int, heads: int, region: int = 4, k: int = 4, positional: bool = True, stride: int = 1,
         two_level_above: int | None = 512,
@@ -16,6 +19,10 @@ class TopkAttention(AttentionBranch):
         super().__init__(dim, heads, positional, stride)
         self.region, self.k, self.two_level_above = region, k, two_level_above
         self.static = False  # inference path: tiered (False) or fixed-shape (True); see set_attention_path
+
+    @property
+    def align(self) -> int:
+        return self.stride * self.region  # regions tile the stride-pooled map from its top left
 
     def attend(self, q, k, v, x, aux):
         b, c, h, w = q.shape
@@ -33,3 +40,10 @@ class TopkAttention(AttentionBranch):
         means = self.pooled_qk(xp, p)
         out = routed_attention(q, k, v, means, k_int, k_top, self.heads, p, self.two_level_above)
         return out[:, :, :h, :w]
+
+
+@register_attention("topk")
+def build_topk(
+    dim: int, heads: int, index: int, *, region: int = 4, k: int = 4, stride: int = 1
+) -> TopkAttention:
+    return TopkAttention(dim, heads, region=region, k=k, stride=stride)

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from .common import AttentionBranch, merge_heads, pad_to_multiple, split_heads
+from .registry import register_attention
 
 
 def shift_mask(h: int, w: int, window: int, shift: int, device=None) -> torch.Tensor:
@@ -34,6 +35,10 @@ class WindowAttention(AttentionBranch):
         self.window = window
         self.shift = window // 2 if shift else 0
 
+    @property
+    def align(self) -> int:
+        return self.stride * self.window  # windows tile the stride-pooled map from its top left
+
     def attend(self, q, k, v, x, aux):
         b, c, h, w = q.shape
         ws = self.window
@@ -57,3 +62,9 @@ class WindowAttention(AttentionBranch):
         if shift:
             out = torch.roll(out, shifts=(shift, shift), dims=(2, 3))
         return out[:, :, :h, :w]
+
+
+@register_attention("window")
+def build_window(dim: int, heads: int, index: int, *, window: int = 8, stride: int = 1) -> WindowAttention:
+    # odd blocks shift by half a window (SW-MSA), so information crosses window borders
+    return WindowAttention(dim, heads, window=window, shift=index % 2 == 1, stride=stride)
