@@ -96,6 +96,16 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def comma_choices(text: str, choices: tuple[str, ...] | list[str], what: str) -> list[str]:
+    """'a, b' -> ['a', 'b'], each one of ``choices``; a CLIError naming the bad ones otherwise."""
+    picked = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in picked if t not in choices]
+    if unknown or not picked:
+        names = ", ".join(unknown) or "(none)"
+        raise CLIError(f"unknown {what} {names}; choose from {', '.join(choices)}")
+    return picked
+
+
 def add_timing_arguments(p: argparse.ArgumentParser) -> None:
     """--threads, --clock and --device, shared with ``sr bench train``."""
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
@@ -532,11 +542,7 @@ def run_config(args: argparse.Namespace, device: torch.device) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        names = ", ".join(unknown) or "(none)"
-        raise CLIError(f"unknown method(s) {names}; choose from {', '.join(METHODS)}")
+    methods = comma_choices(args.methods, METHODS, "method(s)")
     if args.repeat < 1:
         raise CLIError(f"--repeat must be >= 1, got {args.repeat}")
     if args.channels < 1 or args.heads < 1 or args.channels % args.heads:

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from ..cli import CLIError
-from .attention import Clock, add_timing_arguments
+from .attention import Clock, add_timing_arguments, comma_choices
 
 REPO = Path(__file__).resolve().parents[2]
 PATHS = ("tiered", "static", "compile", "onnx")
@@ -53,11 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from ..io import read_image
     from ..weights import WeightsError, load_weights, resolve_weights
 
-    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
-    unknown = [p for p in paths if p not in PATHS]
-    if unknown or not paths:
-        given = ", ".join(unknown) or "(none given)"
-        raise CLIError(f"--paths: unknown {given}; choose from {', '.join(PATHS)}")
+    paths = comma_choices(args.paths, PATHS, "path(s)")
     if args.rounds < 1:
         raise CLIError("--rounds must be >= 1")
     device = resolve_device(args.device)

@@ -325,4 +325,4 @@ def test_bench_paths_compares_inference_paths_side_by_side(tmp_path, tiny, capsy
     static_row = next(line for line in out.splitlines() if line.startswith("static"))
     assert "dB" in static_row or "identical" in static_row
     assert main([*args, "--paths", "tiered,bogus"]) == 2
-    assert "unknown bogus" in capsys.readouterr().err
+    assert "unknown path(s) bogus" in capsys.readouterr().err
