@@ -41,13 +41,23 @@ from sr.io import ImageError, read_size
 from .hub import ModelHub, UnknownModelError
 from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError
 from .limits import ApiKeyMiddleware, BodyLimitMiddleware
-from .pipeline import JobRequest, WorkLimitError, download_name, http_error, plan_work, run_job, run_preview
+from .pipeline import (
+    JobRequest,
+    WorkLimitError,
+    download_name,
+    http_error,
+    mime_types,
+    plan_work,
+    request_formats,
+    run_job,
+    run_preview,
+)
 from .settings import Settings
 
 log = logging.getLogger("sr.service")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 DOCS_ASSETS = "/docs-assets"  # Swagger UI's JS/CSS, from the swagger-ui-bundle wheel (works offline)
-MIME = {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp"}
+MIME = mime_types()
 EXPOSED_HEADERS = ["Server-Timing", "X-Model", "X-Scale", "X-Image-Size", "X-Budget-Max",
                    "Content-Disposition"]
 # Form fields that take one value: a repeated one is refused rather than silently taking the last.
@@ -139,7 +149,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     response_class=Response,
     dependencies=[Depends(require_ready)],
     responses={200: {"description": "the upscaled image (or the budget-map PNG)",
-                     "content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}}, **_ERRORS},
+                     "content": {mime: {} for mime in MIME.values()}}, **_ERRORS},
     summary="Upscale one image",
 )
 async def upscale(
@@ -152,7 +162,7 @@ async def upscale(
     width: Annotated[int | None, Form(ge=1, le=65536, description="output width in pixels")] = None,
     height: Annotated[int | None, Form(ge=1, le=65536, description="output height in pixels")] = None,
     model: Annotated[str | None, Form(max_length=128, description="a name from GET /v1/models")] = None,
-    fmt: Annotated[Literal["png", "jpg", "jpeg", "webp", "same"],
+    fmt: Annotated[Literal[request_formats()],  # type: ignore[valid-type]
                    Form(alias="format", description="output format; same: the upload's, else PNG")] = "same",
     quality: Annotated[int, Form(ge=1, le=100, description="JPEG/WebP quality")] = 95,
     budget_map: Annotated[bool, Form(description="return the attention-budget heat-map PNG instead")] = False,

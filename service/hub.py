@@ -20,7 +20,7 @@ from .settings import Settings
 log = logging.getLogger("sr.service")
 
 # Catalogue keys a client may see (a server-side file path is not one of them).
-_HIDDEN_KEYS = {"path", "file", "weights", "filename"}
+_HIDDEN_KEYS = {"path"}
 
 
 class UnknownModelError(LookupError):
@@ -157,10 +157,7 @@ def _budget_k_max(entry: dict[str, Any]) -> float | None:
 
 
 def _entry_stem(entry: dict[str, Any]) -> str:
-    for key in ("path", "file", "weights", "filename"):
-        if entry.get(key):
-            return Path(str(entry[key])).stem
-    return str(entry.get("name", ""))
+    return Path(str(entry["path"])).stem if entry.get("path") else str(entry.get("name", ""))
 
 
 def _plain(value: Any) -> Any:

@@ -17,15 +17,19 @@ from typing import Any
 
 from fastapi import HTTPException
 
-# Output formats a client may ask for; "same" keeps the source's format when it is one of these.
-FORMAT_EXT = {"png": "png", "jpg": "jpg", "jpeg": "jpg", "webp": "webp"}
-_SOURCE_FORMATS = {"PNG": "png", "JPEG": "jpg", "MPO": "jpg", "WEBP": "webp"}
+from sr.io import FORMATS, format_for, signatures, writable_format_for
 
 
-# How each format read by sr.io begins: a file that starts like one but fails to decode is corrupt
-# (400), anything else is not an image we read (415).
-_SIGNATURES = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM", b"II*\x00", b"MM\x00*",
-               b"P1", b"P2", b"P3", b"P4", b"P5", b"P6")
+def request_formats() -> tuple[str, ...]:
+    """Output formats a client may ask for (sr.io's writable formats by either name), plus "same":
+    the source's format when it is writable, else PNG."""
+    names = (n for f in FORMATS.values() if f.writable for n in (f.user_name, f.name))
+    return (*dict.fromkeys(names), "same")
+
+
+def mime_types() -> dict[str, str]:
+    """MIME type of each output format, by the name :func:`output_format` returns."""
+    return {f.user_name: f.mime for f in FORMATS.values() if f.writable}
 
 
 class NoBudgetMapError(ValueError):
@@ -141,9 +145,14 @@ def plan_work(engine: Any, width: int, height: int, req: JobRequest) -> tuple[tu
 
 
 def output_format(requested: str, source: str | None) -> str:
+    """The output format's user name (png, jpg, webp) for a requested name or "same"."""
     if requested == "same":
-        return _SOURCE_FORMATS.get((source or "").upper(), "png")
-    return FORMAT_EXT[requested]
+        row = format_for(source) if source else None
+        return row.user_name if row is not None and row.writable else "png"
+    row = writable_format_for(requested)
+    if row is None:
+        raise KeyError(requested)
+    return row.user_name
 
 
 def heatmap_png(budget_map: Any, k_max: float | None = None) -> bytes:
@@ -167,7 +176,9 @@ def download_name(upload_name: str | None, suffix: str, ext: str) -> str:
 def looks_like_image(data: bytes) -> bool:
     """Whether ``data`` starts like one of the formats sr.io reads (400 'corrupt' vs 415 'not an image')."""
     head = data[:16]
-    if head.startswith(_SIGNATURES):
+    # How each format read by sr.io begins: a file that starts like one but fails to decode is
+    # corrupt (400), anything else is not an image we read (415).
+    if head.startswith(signatures()):
         return True
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return True

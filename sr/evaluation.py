@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from PIL import Image
 
+from .io import listed_suffixes
 from .metrics import psnr, rgb_to_y, ssim
 from .resize import imresize, modcrop
 
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}
 # Folder names that say nothing about the set (benchmark/Set5/HR): the parent names the set instead.
 GENERIC_DIR_NAMES = {"hr", "gt", "gtmod12", "original", "originals", "images", "image", "test", "val"}
 
@@ -43,7 +43,8 @@ def list_images(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"not a folder: {folder}")
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    suffixes = listed_suffixes()
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in suffixes)
 
 
 def load_hr(path: Path) -> np.ndarray:
@@ -123,15 +124,11 @@ def evaluate_folder(
     upscale: UpscaleFn | None,
     channel: str = "y",
     gray_as_rgb: bool = False,
-    save_dir: str | Path | None = None,
 ) -> list[ImageScore]:
     scores = []
     for path in list_images(hr_dir):
-        p, s, sr = score_image(load_hr(path), upscale, scale, channel, gray_as_rgb)
+        p, s, _ = score_image(load_hr(path), upscale, scale, channel, gray_as_rgb)
         scores.append(ImageScore(path.stem, p, s))
-        if save_dir is not None:
-            Path(save_dir).mkdir(parents=True, exist_ok=True)
-            Image.fromarray(sr).save(Path(save_dir) / f"{path.stem}.png")
     return scores
 
 

@@ -7,6 +7,10 @@ corrupt, not an image, animated, too many pixels) raises one :class:`ImageError`
 message. :func:`encode_image` / :func:`write_image` go the other way: PNG (16-bit when the source
 was), JPEG or WebP, alpha recombined, ICC profile written back, files replaced atomically.
 
+:data:`FORMATS` is the one table of image formats (suffixes, Pillow names, MIME types, readable or
+writable) that the CLI, evaluation, training and the service read; :func:`atomic_write` is the one way
+sr writes a file (images, weights, checkpoints, caches, exports, reports).
+
 Pillow reads 16-bit colour PNG/TIFF as 8-bit, so those are decoded twice with swapped byte-order
 raw modes (high bytes, then low bytes) and written back by a small PNG encoder of our own.
 """
@@ -21,7 +25,7 @@ import sys
 import threading
 import warnings
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,29 +38,108 @@ DEFAULT_MAX_PIXELS = 64 * 2**20
 # Largest decompressed PNG metadata chunk (ICC profile, text). Pillow's own limit is 1 MiB, below
 # some real printer/LUT ICC profiles; 16 MiB still bounds a zlib bomb hidden in metadata.
 MAX_PNG_CHUNK = 16 * 2**20
-# Formats read_image accepts. An allow-list keeps Pillow away from plugins that shell out (EPS) or
-# that nobody feeds to an upscaler; GIF is included so animated GIFs get their own clear error.
-READ_FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF", "PPM", "AVIF")
-OUTPUT_FORMATS = ("png", "jpeg", "webp")
 # zlib level for PNG output: 3 encodes ~3x faster than Pillow's default 6 for ~1-4% larger files
 PNG_COMPRESS_LEVEL = 3
 
-_FORMAT_ALIASES = {"png": "png", "jpg": "jpeg", "jpeg": "jpeg", "webp": "webp"}
-_PIL_NAME = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}
-_SUFFIX = {"png": ".png", "jpeg": ".jpg", "webp": ".webp"}
-_MAX_SIDE = {"png": 2**31 - 1, "jpeg": 65_535, "webp": 16_383}  # format limits on width and height
-_MIME = {
-    "png": "image/png",
-    "jpg": "image/jpeg",
-    "jpeg": "image/jpeg",
-    "webp": "image/webp",
-    "gif": "image/gif",
-    "bmp": "image/bmp",
-    "tif": "image/tiff",
-    "tiff": "image/tiff",
-    "avif": "image/avif",
-    "ppm": "image/x-portable-pixmap",
-}
+
+@dataclass(frozen=True)
+class ImageFormat:
+    """One image format, everything sr knows about it: a new format is one row of :data:`FORMATS`.
+
+    ``name`` is the canonical name (:func:`encode_image`'s), ``cli_name`` the one users type (``sr
+    upscale -f``, the service's ``format`` field; default ``name``). ``suffixes[0]`` is the one written.
+    ``readable`` formats are on :func:`read_image`'s allow-list, ``writable`` ones can be encoded;
+    ``listed`` suffixes are picked up by evaluation/training folder listings; ``signatures`` are how
+    the file begins (the service tells corrupt files from non-images by them).
+    """
+
+    name: str
+    pil_name: str
+    suffixes: tuple[str, ...]
+    mime: str
+    readable: bool = True
+    writable: bool = False
+    listed: bool = True
+    cli_name: str | None = None
+    max_side: int | None = None  # format limit on width and height (writable formats)
+    pil_aliases: tuple[str, ...] = ()  # other names Pillow reports for it (MPO: multi-picture JPEG)
+    signatures: tuple[bytes, ...] = ()
+
+    @property
+    def user_name(self) -> str:
+        return self.cli_name or self.name
+
+
+# Formats read_image accepts (in this order). An allow-list keeps Pillow away from plugins that shell
+# out (EPS) or that nobody feeds to an upscaler; GIF is included so animated GIFs get their own clear
+# error. GIF, PPM and AVIF are not picked up by dataset listings.
+FORMATS: dict[str, ImageFormat] = {f.name: f for f in (
+    ImageFormat("png", "PNG", (".png",), "image/png", writable=True, max_side=2**31 - 1,
+                signatures=(b"\x89PNG\r\n\x1a\n",)),
+    ImageFormat("jpeg", "JPEG", (".jpg", ".jpeg"), "image/jpeg", writable=True, cli_name="jpg",
+                max_side=65_535, pil_aliases=("MPO",), signatures=(b"\xff\xd8\xff",)),
+    ImageFormat("webp", "WEBP", (".webp",), "image/webp", writable=True, max_side=16_383),
+    ImageFormat("bmp", "BMP", (".bmp",), "image/bmp", signatures=(b"BM",)),
+    ImageFormat("tiff", "TIFF", (".tif", ".tiff"), "image/tiff", signatures=(b"II*\x00", b"MM\x00*")),
+    ImageFormat("gif", "GIF", (".gif",), "image/gif", listed=False, signatures=(b"GIF87a", b"GIF89a")),
+    ImageFormat("ppm", "PPM", (".ppm", ".pgm", ".pbm", ".pnm"), "image/x-portable-pixmap", listed=False,
+                signatures=tuple(b"P%d" % i for i in range(1, 7))),
+    ImageFormat("avif", "AVIF", (".avif",), "image/avif", listed=False),
+)}
+
+
+def read_formats() -> tuple[str, ...]:
+    """Pillow names of the formats :func:`read_image` accepts."""
+    return tuple(f.pil_name for f in FORMATS.values() if f.readable)
+
+
+def output_formats() -> tuple[str, ...]:
+    """Canonical names of the formats :func:`encode_image` writes."""
+    return tuple(f.name for f in FORMATS.values() if f.writable)
+
+
+def output_choices() -> tuple[str, ...]:
+    """The output format names users type (``png``, ``jpg``, ``webp``)."""
+    return tuple(f.user_name for f in FORMATS.values() if f.writable)
+
+
+def read_suffixes() -> frozenset[str]:
+    """Suffixes of every readable format (``sr upscale``'s folder scan)."""
+    return frozenset(s for f in FORMATS.values() if f.readable for s in f.suffixes)
+
+
+def listed_suffixes() -> frozenset[str]:
+    """Suffixes that evaluation and training folder listings pick up."""
+    return frozenset(s for f in FORMATS.values() if f.readable and f.listed for s in f.suffixes)
+
+
+def signatures() -> tuple[bytes, ...]:
+    """How files of the readable formats begin."""
+    return tuple(sig for f in FORMATS.values() if f.readable for sig in f.signatures)
+
+
+def format_for(key: str) -> ImageFormat | None:
+    """The row for a name, user name, suffix or Pillow name (any case), or None."""
+    key = str(key).strip().lower()
+    for f in FORMATS.values():
+        if (key.lstrip(".") in (f.name, f.user_name) or key in f.suffixes
+                or key.upper() in (f.pil_name, *f.pil_aliases)):
+            return f
+    return None
+
+
+def writable_format_for(key: str) -> ImageFormat | None:
+    """Like :func:`format_for`, for writable formats only (suffixes with or without the dot)."""
+    key = str(key).strip().lower().lstrip(".")
+    for f in FORMATS.values():
+        if f.writable and (key in (f.name, f.user_name) or f".{key}" in f.suffixes):
+            return f
+    return None
+
+
+def _one_of(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+
 
 # Pillow's decoders signal bad data with assorted exception types.
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError, KeyError)
@@ -156,19 +239,21 @@ class DecodedImage:
 
 
 def normalize_format(format: str) -> str:
-    """``"PNG"``, ``".jpg"``, ``"jpeg"``... -> one of :data:`OUTPUT_FORMATS`; else ImageEncodeError."""
-    key = str(format).strip().lower().lstrip(".")
-    if key not in _FORMAT_ALIASES:
-        raise ImageEncodeError(f"unsupported output format {format!r} (use png, jpg or webp)")
-    return _FORMAT_ALIASES[key]
+    """``"PNG"``, ``".jpg"``, ``"jpeg"``... -> one of :func:`output_formats`; else ImageEncodeError."""
+    row = writable_format_for(format)
+    if row is None:
+        choices = _one_of(list(output_choices()))
+        raise ImageEncodeError(f"unsupported output format {format!r} (use {choices})")
+    return row.name
 
 
 def format_from_path(path: str | Path) -> str:
     """Output format from a file name's suffix (``.png``, ``.jpg``/``.jpeg``, ``.webp``)."""
     suffix = Path(path).suffix
     if not suffix:
+        written = [f.suffixes[0] for f in FORMATS.values() if f.writable]
         raise ImageEncodeError(
-            "no file suffix to choose the output format from (use .png, .jpg or .webp)", path
+            f"no file suffix to choose the output format from (use {_one_of(written)})", path
         )
     try:
         return normalize_format(suffix)
@@ -178,15 +263,7 @@ def format_from_path(path: str | Path) -> str:
 
 def suffix_for(format: str) -> str:
     """File suffix for an output format: ``".png"``, ``".jpg"`` or ``".webp"``."""
-    return _SUFFIX[normalize_format(format)]
-
-
-def mime_type(format: str) -> str:
-    """MIME type of a format name or suffix: ``"png"`` -> ``"image/png"``, ``"JPEG"`` -> ``"image/jpeg"``."""
-    key = str(format).strip().lower().lstrip(".")
-    if key not in _MIME:
-        raise ImageEncodeError(f"unknown image format {format!r}")
-    return _MIME[key]
+    return FORMATS[normalize_format(format)].suffixes[0]
 
 
 # --------------------------------------------------------------------------------------------- reading
@@ -251,7 +328,7 @@ def _decoding(path: str | None) -> Iterator[None]:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise ImageTooLargeError(f"too many pixels ({e})", path) from e
     except UnidentifiedImageError as e:
-        names = ", ".join(READ_FORMATS)
+        names = ", ".join(read_formats())
         raise ImageDecodeError(f"not an image, or not a supported format ({names})", path) from e
     except MemoryError as e:
         raise ImageTooLargeError("not enough memory to decode this image", path) from e
@@ -296,7 +373,7 @@ def _read_source(source: str | Path | bytes | BinaryIO) -> tuple[bytes, str | No
 
 def _open(data: bytes) -> Image.Image:
     Image.init()
-    return Image.open(io.BytesIO(data), formats=[f for f in READ_FORMATS if f in Image.OPEN])
+    return Image.open(io.BytesIO(data), formats=[f for f in read_formats() if f in Image.OPEN])
 
 
 def _decode(data: bytes, path: str | None, max_pixels: int | None) -> DecodedImage:
@@ -497,7 +574,7 @@ def encode_image(img: DecodedImage, format: str = "png", quality: int = 95) -> b
     fmt = normalize_format(format)
     if isinstance(quality, bool) or not isinstance(quality, (int, np.integer)) or not 1 <= quality <= 100:
         raise ImageEncodeError(f"quality must be an integer from 1 to 100, got {quality!r}")
-    limit = _MAX_SIDE[fmt]
+    limit = FORMATS[fmt].max_side or 2**31 - 1
     if img.width > limit or img.height > limit:
         raise ImageEncodeError(
             f"{img.width}x{img.height} is too large for {fmt.upper()} (at most {limit} per side)"
@@ -522,7 +599,7 @@ def encode_image(img: DecodedImage, format: str = "png", quality: int = 95) -> b
     buf = io.BytesIO()
     with _quiet_pillow():
         try:
-            pil.save(buf, format=_PIL_NAME[fmt], **options)
+            pil.save(buf, format=FORMATS[fmt].pil_name, **options)
         except (OSError, ValueError) as e:
             raise ImageEncodeError(f"{fmt.upper()} encoder failed ({e})") from e
     return buf.getvalue()
@@ -557,24 +634,47 @@ def write_image(path: str | Path, img: DecodedImage, format: str | None = None, 
 def _atomic_write(path: Path, data: bytes) -> None:
     if path.is_dir():
         raise ImageWriteError("is a folder", path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        atomic_write(path, data)
+    except _TempCreateError as e:
+        raise ImageWriteError(f"cannot create a file in {path.parent} ({e.strerror or e})", path) from e
+    except OSError as e:
+        raise ImageWriteError(f"cannot write the file ({e.strerror or e})", path) from e
+
+
+class _TempCreateError(OSError):
+    """The temporary file could not be created (missing folder, permissions)."""
+
+
+def atomic_write(path: str | Path, data: bytes | Callable[[BinaryIO], object]) -> Path:
+    """Write ``path`` all at once or not at all: the one way sr writes files.
+
+    ``data`` is the bytes, or a function that writes them to the binary file it is given
+    (``lambda f: torch.save(obj, f)``). They go to a private temporary name in the target folder,
+    are flushed and fsynced, then renamed over ``path``. On any error (or Ctrl-C) the target is
+    left as it was and the temporary file is removed; OSErrors propagate.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         # O_EXCL: never clobber a stranger's file; mode 0o666 lets the umask set the final permissions
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     except OSError as e:
-        raise ImageWriteError(f"cannot create a file in {path.parent} ({e.strerror or e})", path) from e
+        raise _TempCreateError(e.errno, e.strerror, e.filename) from e
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException as e:
+    except BaseException:
         with suppress(OSError):
             os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise ImageWriteError(f"cannot write the file ({e.strerror or e})", path) from e
         raise
+    return path
 
 
 # ------------------------------------------------------------------------------- 16-bit PNG encoder

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_save
 
+from .io import atomic_write
 from .models import NetConfig, SRNet, count_params
 
 FORMAT = "sr-weights-v1"
@@ -49,14 +51,9 @@ def save_weights(model: SRNet, path: str | Path, **info) -> Path:
     }
     meta.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in info.items()})
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        save_file(tensors, str(tmp), metadata=meta)
-        tmp.chmod(0o644)  # safetensors creates files owner-only; shipped weights are meant to be read
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    # atomic_write creates files as the umask allows (safetensors' own writer makes them owner-only;
+    # shipped weights are meant to be read)
+    return atomic_write(path, safetensors_save(tensors, metadata=meta))
 
 
 def read_metadata(path: str | Path) -> dict[str, str]:

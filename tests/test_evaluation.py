@@ -151,16 +151,14 @@ def test_model_upscaler_shape_and_range(rgb: np.ndarray) -> None:
     np.testing.assert_allclose(out, ref[0].permute(1, 2, 0).numpy(), atol=1e-4)
 
 
-def test_evaluate_folder_saves_and_scores(tmp_path: Path, rgb: np.ndarray, gray: np.ndarray) -> None:
-    hr_dir, out = tmp_path / "hr", tmp_path / "out"
+def test_evaluate_folder_scores(tmp_path: Path, rgb: np.ndarray, gray: np.ndarray) -> None:
+    hr_dir = tmp_path / "hr"
     hr_dir.mkdir()
     Image.fromarray(rgb).save(hr_dir / "b_rgb.png")
     Image.fromarray(gray).save(hr_dir / "a_gray.png")
-    scores = evaluate_folder(hr_dir, 2, None, save_dir=out)
+    scores = evaluate_folder(hr_dir, 2, None)
     assert [s.name for s in scores] == ["a_gray", "b_rgb"]
     assert scores[0].psnr == pytest.approx(score_image(gray, None, 2)[0])
-    assert np.asarray(Image.open(out / "a_gray.png")).shape == (96, 100)
-    assert np.asarray(Image.open(out / "b_rgb.png")).shape == (102, 100)
 
 
 @pytest.mark.skipif(not BENCHMARK.is_dir(), reason="../shared/datasets/benchmark not present")

@@ -27,7 +27,6 @@ from sr.io import (
     encode_image,
     encode_png16,
     format_from_path,
-    mime_type,
     normalize_format,
     read_image,
     suffix_for,
@@ -619,15 +618,9 @@ def test_format_helpers():
     assert [normalize_format(f) for f in ("PNG", ".jpg", "JPEG", "webp")] == ["png", "jpeg", "jpeg", "webp"]
     assert [suffix_for(f) for f in ("png", "jpeg", "WEBP")] == [".png", ".jpg", ".webp"]
     assert format_from_path("a/b.JPG") == "jpeg"
-    assert [mime_type(f) for f in ("png", "jpg", "JPEG", ".webp")] == [
-        "image/png",
-        "image/jpeg",
-        "image/jpeg",
-        "image/webp",
-    ]
-    with pytest.raises(ImageEncodeError):
-        mime_type("exe")
-    with pytest.raises(ImageEncodeError, match="no file suffix"):
+    with pytest.raises(ImageEncodeError, match=r"unsupported output format 'gif' \(use png, jpg or webp\)"):
+        normalize_format("gif")
+    with pytest.raises(ImageEncodeError, match=r"no file suffix .*\(use \.png, \.jpg or \.webp\)"):
         format_from_path("out")
 
 
@@ -731,3 +724,125 @@ def test_paeth_predictor_matches_png_spec():
     a, b, c = (g.ravel() for g in np.meshgrid(v, v, v, indexing="ij"))
     expected = [spec(int(x), int(y), int(z)) for x, y, z in zip(a, b, c, strict=True)]
     np.testing.assert_array_equal(_paeth(a, b, c), expected)
+
+
+# ------------------------------------------------------------------------ atomic_write, FORMATS table
+
+
+def test_atomic_write_failure_mid_write_leaves_neither_target_nor_temp(tmp_path):
+    from sr.io import atomic_write
+
+    def half(f):
+        f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        atomic_write(tmp_path / "new.bin", half)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "old.bin").write_bytes(b"before")
+
+    def interrupted(f):
+        f.write(b"x")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(tmp_path / "old.bin", interrupted)
+    assert [p.name for p in tmp_path.iterdir()] == ["old.bin"]
+    assert (tmp_path / "old.bin").read_bytes() == b"before"
+
+
+def test_atomic_write_fsyncs_before_the_rename(tmp_path, monkeypatch):
+    from sr.io import atomic_write
+
+    calls = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (calls.append("replace"), real_replace(a, b))[1])
+    atomic_write(tmp_path / "a.bin", b"bytes")
+    atomic_write(tmp_path / "b.bin", lambda f: f.write(b"callback"))
+    assert calls == ["fsync", "replace"] * 2
+    assert (tmp_path / "a.bin").read_bytes() == b"bytes" and (tmp_path / "b.bin").read_bytes() == b"callback"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "b.bin"]
+
+
+def test_every_file_writer_goes_through_atomic_write(tmp_path, monkeypatch):
+    import torch
+
+    import sr.io
+    from sr.data.patches import _cached
+    from sr.models import NetConfig, SRNet
+    from sr.train.loop import atomic_save
+    from sr.weights import load_weights, save_weights
+
+    written = []
+    real = sr.io.atomic_write
+
+    def spy(path, data):
+        written.append(Path(path).name)
+        return real(path, data)
+
+    for module in ("sr.io", "sr.weights", "sr.data.patches", "sr.train.loop"):
+        monkeypatch.setattr(f"{module}.atomic_write", spy)
+    write_image(tmp_path / "img.png", small_image())
+    net = SRNet(NetConfig(scale=2, channels=8, blocks=1, attention="none"))
+    save_weights(net, tmp_path / "w.safetensors")
+    atomic_save({"step": 1}, tmp_path / "ckpt.pt")
+    _cached(tmp_path, "key", lambda: np.arange(4))
+    assert written == ["img.png", "w.safetensors", "ckpt.pt", "key.npy"]
+    assert load_weights(tmp_path / "w.safetensors")[0].scale == 2
+    assert torch.load(tmp_path / "ckpt.pt") == {"step": 1}
+    np.testing.assert_array_equal(_cached(tmp_path, "key", lambda: None), np.arange(4))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_every_format_list_is_derived_from_the_formats_table():
+    import typing
+
+    import service.app
+    from service.pipeline import mime_types, output_format, request_formats
+    from sr.commands.upscale import format_choices, same_format
+    from sr.io import FORMATS, listed_suffixes, read_formats, read_suffixes
+
+    assert read_formats() == ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF", "PPM", "AVIF")
+    assert tuple(f.name for f in FORMATS.values() if f.writable) == ("png", "jpeg", "webp")
+    assert format_choices() == ("png", "jpg", "webp", "same")
+    assert read_suffixes() == {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif", ".ppm",
+                               ".pgm", ".pbm", ".pnm", ".avif"}
+    assert listed_suffixes() == {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}
+    same = [same_format(Path(f"a{s}")) for s in (".JPEG", ".webp", ".png", ".tif")]
+    assert same == ["jpg", "webp", "png", "png"]
+    assert request_formats() == ("png", "jpg", "jpeg", "webp", "same")
+    assert mime_types() == service.app.MIME == {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp"}
+    assert [output_format("same", s) for s in ("PNG", "JPEG", "MPO", "WEBP", "TIFF", None)] == [
+        "png", "jpg", "jpg", "webp", "png", "png"]
+    assert output_format("jpeg", None) == "jpg"
+    hint = typing.get_type_hints(service.app.upscale, include_extras=True)["fmt"]
+    assert typing.get_args(typing.get_args(hint)[0]) == request_formats()
+
+
+def test_a_new_format_is_one_row(tmp_path, monkeypatch):
+    """One row added to FORMATS reaches the readers, the writers, the CLI and the dataset listings."""
+    import service.pipeline
+    import sr.io
+    from sr.cli import build_parser
+    from sr.commands.upscale import collect_inputs, same_format
+    from sr.data.patches import find_images
+    from sr.evaluation import list_images
+
+    monkeypatch.setitem(sr.io.FORMATS, "tga", sr.io.ImageFormat(
+        "tga", "TGA", (".tga",), "image/x-tga", writable=True, max_side=65_535, signatures=(b"\0\0\x02",)))
+    Image.fromarray(np.full((4, 6, 3), 99, np.uint8)).save(tmp_path / "a.tga")
+    assert read_image(tmp_path / "a.tga").width == 6
+    write_image(tmp_path / "b.tga", small_image())
+    with Image.open(tmp_path / "b.tga") as im:
+        assert im.format == "TGA" and suffix_for("TGA") == ".tga"
+    assert [p.name for p in list_images(tmp_path)] == ["a.tga", "b.tga"]
+    assert [p.name for p in find_images([tmp_path])] == ["a.tga", "b.tga"]
+    assert [j.src.name for j in collect_inputs([str(tmp_path)], False)] == ["a.tga", "b.tga"]
+    assert same_format(tmp_path / "a.tga") == "tga"
+    args = build_parser("upscale").parse_args(["upscale", "x.png", "-o", "out", "-f", "tga"])
+    assert args.format == "tga"
+    assert service.pipeline.request_formats()[-2:] == ("tga", "same")
+    assert service.pipeline.mime_types()["tga"] == "image/x-tga"
+    assert service.pipeline.output_format("same", "TGA") == "tga"
+    assert service.pipeline.looks_like_image((tmp_path / "a.tga").read_bytes())

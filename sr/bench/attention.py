@@ -506,12 +506,11 @@ def write_json(path: str, payload: dict) -> None:
         raise CLIError(f"--json {path}: is a folder")
     if not target.parent.exists():
         raise CLIError(f"--json {path}: folder {target.parent} does not exist")
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    from ..io import atomic_write
+
     try:
-        tmp.write_text(json.dumps(payload, indent=2) + "\n")
-        tmp.replace(target)
+        atomic_write(target, (json.dumps(payload, indent=2) + "\n").encode())
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise CLIError(f"--json {path}: {e.strerror or e}") from None
 
 

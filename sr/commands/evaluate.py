@@ -12,7 +12,6 @@ import csv
 import io
 import json
 import math
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -253,13 +252,10 @@ def set_budget(model: torch.nn.Module, budget: float) -> None:
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    from ..io import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write(path, data)
 
 
 def save_png(img: np.ndarray, path: Path) -> None:

@@ -20,12 +20,22 @@ from pathlib import Path
 
 from ..cli import CLIError
 
-# Suffixes picked up when scanning folders (files named explicitly are always tried).
-SCAN_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif", ".ppm", ".pgm", ".pbm",
-                 ".pnm", ".avif"}
-FORMATS = ("png", "jpg", "webp", "same")
-_SAME = {".jpg": "jpg", ".jpeg": "jpg", ".webp": "webp", ".png": "png"}
 _DONE = object()  # end-of-stream marker between the pipeline threads
+
+
+def format_choices() -> tuple[str, ...]:
+    """``-f`` choices: sr.io's writable formats by the names users type, and "same"."""
+    from ..io import output_choices
+
+    return (*output_choices(), "same")
+
+
+def same_format(src: Path) -> str:
+    """``-f same``: the input's format when sr.io writes it (by its suffix), else png."""
+    from ..io import FORMATS
+
+    suffix = src.suffix.lower()
+    return next((f.user_name for f in FORMATS.values() if f.writable and suffix in f.suffixes), "png")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,9 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true",
                    help="run the network through torch.compile (static path; the first tile of each "
                         "run pays the compilation; measured by sr bench paths)")
-    p.add_argument("-f", "--format", default="png", choices=FORMATS,
-                   help="output format; 'same' keeps jpg/webp/png inputs' format (others become png)")
-    p.add_argument("-q", "--quality", type=int, default=95, help="JPEG/WebP quality 1-100 (default 95)")
+    written = "/".join(format_choices()[:-1])
+    p.add_argument("-f", "--format", default="png", choices=format_choices(),
+                   help=f"output format; 'same' keeps {written} inputs' format (others become png)")
+    p.add_argument("--quality", type=int, default=95, help="JPEG/WebP quality 1-100 (default 95)")
     p.add_argument("--suffix", default=None,
                    help="added to output names (default: _x<scale>, e.g. _x2 or _x1.5; _w<W>/_h<H>/_<W>x<H> "
                         "with --width/--height); '' keeps the input name")
@@ -97,6 +108,9 @@ class Job:
 def collect_inputs(inputs: list[str], recursive: bool, outdir: Path | None = None) -> list[Job]:
     """Files, folders and globs -> jobs in a stable order (duplicates dropped). Folder scans skip
     hidden files and anything inside ``outdir`` (earlier outputs are not new inputs)."""
+    from ..io import read_suffixes
+
+    suffixes = read_suffixes()  # picked up when scanning folders (files named explicitly are always tried)
     out_resolved = outdir.resolve() if outdir is not None else None
     jobs: list[Job] = []
     seen: set[Path] = set()
@@ -115,7 +129,7 @@ def collect_inputs(inputs: list[str], recursive: bool, outdir: Path | None = Non
             hidden = any(part.startswith(".") for part in rel.parts)  # incl. our own temp files
             if nested_out and out_resolved in f.resolve().parents:
                 continue
-            if f.is_file() and not hidden and f.suffix.lower() in SCAN_SUFFIXES:
+            if f.is_file() and not hidden and f.suffix.lower() in suffixes:
                 add(f, rel if recursive else Path(f.name))
 
     for item in inputs:
@@ -157,7 +171,7 @@ def plan_outputs(jobs: list[Job], outdir: Path, fmt: str, suffix: str, args: arg
     for job in jobs:
         if job.problem is not None:
             continue
-        out_fmt = _SAME.get(job.src.suffix.lower(), "png") if fmt == "same" else fmt
+        out_fmt = same_format(job.src) if fmt == "same" else fmt
         job.out = outdir / job.rel.parent / f"{job.rel.stem}{suffix}{suffix_for(out_fmt)}"
         job.budget = job.out.with_name(f"{job.out.stem}_budget.png") if args.save_budget_map else None
         for target in (job.out, job.budget):
@@ -245,7 +259,7 @@ def _writer(
             job.out.parent.mkdir(parents=True, exist_ok=True)
             if job.out.exists() and not (args.overwrite or args.skip_existing):
                 raise FileExistsError(f"output {job.out} appeared meanwhile (use --overwrite)")
-            out_fmt = _SAME.get(job.src.suffix.lower(), "png") if fmt == "same" else fmt
+            out_fmt = same_format(job.src) if fmt == "same" else fmt
             write_image(job.out, result.image, out_fmt, args.quality)
             if job.budget is not None and result.budget_map is not None:
                 heat = budget_heatmap(result.budget_map, k_max).astype(np.float32) / 255

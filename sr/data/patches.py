@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -20,7 +18,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..evaluation import IMAGE_SUFFIXES
+from ..io import atomic_write, listed_suffixes
 from ..resize import imresize, modcrop
 
 log = logging.getLogger(__name__)
@@ -28,11 +26,12 @@ log = logging.getLogger(__name__)
 
 def find_images(folders: Sequence[str | Path]) -> list[Path]:
     paths: list[Path] = []
+    suffixes = listed_suffixes()
     for folder in folders:
         folder = Path(folder)
         if not folder.is_dir():
             raise FileNotFoundError(f"training folder not found: {folder}")
-        paths += sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        paths += sorted(p for p in folder.rglob("*") if p.suffix.lower() in suffixes)
     if not paths:
         raise FileNotFoundError(f"no images in {', '.join(map(str, folders))}")
     return paths
@@ -51,10 +50,8 @@ def _cached(cache: Path | None, key: str, make: Callable[[], np.ndarray]) -> np.
     if f.is_file():
         return np.load(f)
     arr = make()
-    # a private temp name: several runs may fill the same cache at once
-    tmp = f.with_name(f"{f.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.npy")
-    np.save(tmp, arr)
-    tmp.replace(f)
+    # a private temp name (atomic_write's): several runs may fill the same cache at once
+    atomic_write(f, lambda out: np.save(out, arr))
     return arr
 
 

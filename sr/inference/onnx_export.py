@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
+import secrets
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .. import weights as sr_weights
+from ..io import atomic_write
 from ..models import SRNet, set_attention_path
 from ..models.attention import attention_k_max
 
@@ -78,7 +79,8 @@ def export_onnx(weights: str | Path, output: str | Path, opset: int = OPSET) -> 
     net = net.eval().requires_grad_(False)
     set_attention_path(net, "static")
     output = Path(output)
-    tmp = output.with_name(f".{output.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    # torch.onnx.export writes to a path: a private scratch file beside the output, never the output
+    tmp = output.with_name(f".{output.name}.{os.getpid()}.{secrets.token_hex(4)}.export.tmp")
     height, width = torch.export.Dim("height", min=1), torch.export.Dim("width", min=1)
     try:
         with torch.no_grad():
@@ -91,8 +93,8 @@ def export_onnx(weights: str | Path, output: str | Path, opset: int = OPSET) -> 
         model = onnx.load(str(tmp))
         for key, value in onnx_metadata(net, meta, path.stem).items():
             model.metadata_props.add(key=key, value=value)
-        onnx.save(model, str(tmp))
-        os.replace(tmp, output)
+        # one self-contained proto (external_data=False): fsync, rename and cleanup are atomic_write's
+        atomic_write(output, model.SerializeToString())
     finally:
         tmp.unlink(missing_ok=True)
     return output

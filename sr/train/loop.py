@@ -25,6 +25,7 @@ from tqdm import tqdm
 from ..data import PatchDataset, PatchSampler, build_pairs, check_rescale, check_rgb_perm
 from ..evaluation import evaluate_folder, model_upscaler, set_name
 from ..inference.devices import cpu_has_amx, resolve_device, usable_cpus
+from ..io import atomic_write
 from ..models import SRNet, build_config, count_params
 from ..weights import WeightsError, read_metadata
 from .config import AMP_CHOICES, LOSS_CHOICES, TrainConfig
@@ -54,9 +55,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    tmp.replace(path)
+    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def load_init(model: SRNet, path: str) -> list[str]:

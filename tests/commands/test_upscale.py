@@ -211,6 +211,19 @@ def test_sizes_suffixes_and_formats(tmp_path, tiny):
     assert read_image(tmp_path / "o2" / "a_big.jpg").pixels.shape == (37, 74, 3)
 
 
+def test_quality_is_long_form_only_and_q_is_not_quality(tmp_path, tiny, capsys):
+    """-q means --quiet wherever it exists (sr eval); sr upscale has no quiet mode, so no -q."""
+    save(tmp_path / "in" / "a.png", photo(10, 12))
+    with pytest.raises(SystemExit) as e:
+        sr(str(tmp_path / "in"), "-o", str(tmp_path / "o1"), "--model", tiny, "-f", "jpg", "-q", "92")
+    assert e.value.code == 2
+    assert "unrecognized arguments: -q" in capsys.readouterr().err
+    assert not (tmp_path / "o1").exists()
+    assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "o2"), "--model", tiny, "-f", "jpg",
+              "--quality", "92") == 0
+    assert outputs(tmp_path / "o2") == ["a_x2.jpg"]
+
+
 def test_exif_orientation_and_icc_profile(tmp_path, tiny):
     exif = Image.Exif()
     exif[0x0112] = 6  # rotate 90 degrees clockwise on display
