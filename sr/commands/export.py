@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 from pathlib import Path
 
 from ..cli import CLIError
@@ -20,7 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="output .safetensors path (.onnx with --onnx)")
     p.add_argument("--onnx", action="store_true",
                    help="export a trained model to ONNX (needs the extra: pip install -e '.[onnx]')")
-    p.add_argument("--hardware", default=None, help="hardware note for the metadata (default: this machine)")
+    p.add_argument("--hardware", default=None,
+                   help="hardware note for the metadata (default: what the checkpoint recorded training on)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         train_data=json.dumps(cfg["train"]), steps=str(step),
         batch=str(cfg["batch"]), patch=str(cfg["patch"]),
         train_seconds=f"{past_seconds + ckpt.get('elapsed', 0.0):.0f}",
-        hardware=args.hardware or f"{platform.machine()} CPU x{torch.get_num_threads()}",
+        # the training machine, as the run recorded it (not this one: export often runs elsewhere)
+        hardware=args.hardware or ckpt.get("hardware") or "not recorded (checkpoint predates the record)",
         validation=json.dumps(validated.get("results", {})),
         best_step=str(past_steps + best.get("step", ckpt["step"])),
         **recipe,

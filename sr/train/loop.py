@@ -136,6 +136,14 @@ def selection_score(results: dict[str, dict[str, float]], best_on: str) -> float
     return results[best_on]["psnr"] if best_on in results else None
 
 
+def training_hardware(device: torch.device, world: int = 1) -> str:
+    """What this run trains on, for the exported metadata: e.g. 'NVIDIA H200 x1' or 'x86_64 CPU x2'."""
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} x{world}"
+    host = platform.processor() or platform.machine()
+    return f"{host} CPU x{torch.get_num_threads() * world}"
+
+
 def cpu_threads(requested: int, world: int) -> int:
     """Intra-op threads per training process: ``requested``, else the usable CPUs (affinity and
     container limits, not os.cpu_count's whole machine) shared among the ``world`` processes."""
@@ -181,6 +189,7 @@ class Trainer:
             torch.backends.cudnn.benchmark = True  # fixed patch shapes: tune each conv once
         torch.manual_seed(cfg.seed)
         self.is_main = self.rank == 0
+        self.hardware = training_hardware(self.device, self.world)  # sr export records it
         self.run_dir = cfg.run_dir
         self.stop_requested = False
 
@@ -240,6 +249,7 @@ class Trainer:
             "last_val": self.last_val,
             "elapsed": self.elapsed,
             "lineage": self.lineage,
+            "hardware": self.hardware,
             "torch_rng": torch.get_rng_state(),
         }
 
@@ -390,10 +400,9 @@ class Trainer:
         held = selection_score(self.best.get("results", {}), self.cfg.best_on)
         if held is None or score > held:
             self.best = {"step": self.step, "on": self.cfg.best_on, "results": results}
-            if self.is_main:
-                atomic_save({"ema": self.ema.state_dict(), "config": json.loads(self.cfg.to_json()),
-                             "step": self.step, "best": self.best, "elapsed": self.elapsed,
-                             "lineage": self.lineage},
-                            self.run_dir / "best.pt")
+            atomic_save({"ema": self.ema.state_dict(), "config": json.loads(self.cfg.to_json()),
+                         "step": self.step, "best": self.best, "elapsed": self.elapsed,
+                         "lineage": self.lineage, "hardware": self.hardware},
+                        self.run_dir / "best.pt")
         if sys.stderr.isatty():
             tqdm.write(" ".join(f"{k}: {v['psnr']:.3f} dB / {v['ssim']:.4f}" for k, v in results.items()))

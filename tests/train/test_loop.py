@@ -350,6 +350,14 @@ def test_export_writes_metadata_and_loads(tmp_path):
         assert scores["psnr"] == pytest.approx(rec[f"{name}_psnr"])  # the exported step's own validation
     assert int(meta["best_step"]) == int(meta["steps"])
     assert meta["loss"] == "l1" and "rescale" not in meta and "rgb_perm" not in meta
+    assert meta["hardware"] == torch.load(cfg.run_dir / "best.pt", weights_only=False)["hardware"]
+    assert meta["hardware"].endswith("CPU x1")  # the training machine (1 thread), as the run recorded it
+    # a GPU-trained checkpoint exported on this CPU machine keeps the GPU as its training hardware
+    ckpt = torch.load(cfg.run_dir / "last.pt", weights_only=False)
+    ckpt["hardware"] = "NVIDIA H200 x1"
+    torch.save(ckpt, tmp_path / "gpu.pt")
+    assert _export(tmp_path / "gpu.pt", out).returncode == 0
+    assert load_weights(out)[1]["hardware"] == "NVIDIA H200 x1"
     bad = _export(tmp_path / "nope.pt", out)
     assert bad.returncode != 0 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr
 
