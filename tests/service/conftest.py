@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import subprocess
@@ -58,6 +59,33 @@ def image_bytes(w: int = 24, h: int = 20, mode: str = "RGB", fmt: str = "PNG", s
 def make_image() -> Callable[..., bytes]:
     """make_image(w, h, mode, fmt, seed, **save_options) -> encoded image bytes."""
     return image_bytes
+
+
+class JobGate:
+    """Stands in for service.app.run_job: each job signals it started, then waits for release (a slow
+    model); ``job_changes`` are applied to the job before it really runs (e.g. tta=False)."""
+
+    def __init__(self, real: Callable, **job_changes: object) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+        self.real, self.job_changes = real, job_changes
+
+    def __call__(self, engine, job):
+        self.started.set()
+        self.release.wait(20)
+        return self.real(engine, dataclasses.replace(job, **self.job_changes) if self.job_changes else job)
+
+
+@pytest.fixture
+def gate_jobs(monkeypatch: pytest.MonkeyPatch) -> Callable[..., JobGate]:
+    """gate_jobs(**job_changes) installs a JobGate in place of service.app.run_job and returns it."""
+    import service.app as service_app
+
+    def install(**job_changes: object) -> JobGate:
+        gate = JobGate(service_app.run_job, **job_changes)
+        monkeypatch.setattr(service_app, "run_job", gate)
+        return gate
+
+    return install
 
 
 @pytest.fixture

@@ -214,22 +214,9 @@ def test_422_missing_file(make_client) -> None:
 
 # --- 5xx (load shedding) and robustness -----------------------------------------------------------
 
-class _Gate:
-    """Wraps run_job: each job signals it started, then waits for release (a slow model)."""
 
-    def __init__(self) -> None:
-        self.started, self.release = threading.Event(), threading.Event()
-        self.real = service_app.run_job
-
-    def __call__(self, engine, job):
-        self.started.set()
-        self.release.wait(20)
-        return self.real(engine, job)
-
-
-def test_503_queue_full_with_retry_after(make_client, make_image, monkeypatch) -> None:
-    gate = _Gate()
-    monkeypatch.setattr(service_app, "run_job", gate)
+def test_503_queue_full_with_retry_after(make_client, make_image, gate_jobs) -> None:
+    gate = gate_jobs()
     client = make_client(workers=1, max_queue=0)
     first: dict = {}
     worker = threading.Thread(target=lambda: first.setdefault("r", _post(client, make_image())))
@@ -246,9 +233,8 @@ def test_503_queue_full_with_retry_after(make_client, make_image, monkeypatch) -
     assert first["r"].status_code == 200  # the admitted job still completes
 
 
-def test_504_timeout_and_the_server_recovers(make_client, make_image, monkeypatch) -> None:
-    gate = _Gate()
-    monkeypatch.setattr(service_app, "run_job", gate)
+def test_504_timeout_and_the_server_recovers(make_client, make_image, gate_jobs) -> None:
+    gate = gate_jobs()
     client = make_client(workers=1, max_queue=0, timeout_s=0.3)
     t0 = time.monotonic()
     r = _post(client, make_image())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import io
 import re
 import socket
@@ -158,22 +157,9 @@ def test_client_that_disconnects_has_its_job_cancelled(make_server, make_image) 
 
 # --- 3. Retry-After -----------------------------------------------------------------------------
 
-class _Gate:
-    """Holds each job until released, then runs it without tta (the test needs its cost, not its work)."""
 
-    def __init__(self) -> None:
-        self.started, self.release = threading.Event(), threading.Event()
-        self.real = service_app.run_job
-
-    def __call__(self, engine, job):
-        self.started.set()
-        self.release.wait(20)
-        return self.real(engine, dataclasses.replace(job, tta=False))
-
-
-def test_retry_after_counts_the_queued_work(make_client, make_image, monkeypatch) -> None:
-    gate = _Gate()
-    monkeypatch.setattr(service_app, "run_job", gate)
+def test_retry_after_counts_the_queued_work(make_client, make_image, gate_jobs) -> None:
+    gate = gate_jobs(tta=False)
     client = make_client(workers=1, max_queue=1)
     png = make_image(256, 256)  # x2 with tta: 2.1 megapixels of work each, ~2.7 s at the prior rate
     done: list = []
