@@ -54,6 +54,13 @@ def psnr(sr: np.ndarray, hr: np.ndarray, crop_border: int = 0, channel: str = "y
     return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
 
 
+def float_psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR in dB of two float images in [0, 1] (clipped), with no 8-bit rounding: for how closely two
+    inference paths agree (tiled vs whole, ONNX vs torch), not for the published protocol."""
+    mse = float(np.mean((np.clip(a, 0, 1).astype(np.float64) - np.clip(b, 0, 1)) ** 2))
+    return float("inf") if mse == 0 else float(10 * np.log10(1 / mse))
+
+
 def _gaussian_window(size: int = 11, sigma: float = 1.5) -> np.ndarray:
     x = np.arange(size) - (size - 1) / 2
     g = np.exp(-(x**2) / (2 * sigma**2))

@@ -37,13 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_timing_arguments(p)
 
 
-def _psnr(a, b) -> float:
-    import numpy as np
-
-    mse = float(np.mean((np.clip(a, 0, 1).astype(np.float64) - np.clip(b, 0, 1)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(1 / mse)
-
-
 def run(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
@@ -51,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluation import list_images
     from ..inference.devices import configure_threads, resolve_device
     from ..io import read_image
+    from ..metrics import float_psnr
     from ..weights import WeightsError, load_weights, resolve_weights
 
     paths = comma_choices(args.paths, PATHS, "path(s)")
@@ -123,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     base = out_mp / min(times[ref])
     for path in runners:
         mps = out_mp / min(times[path])
-        psnr = min(_psnr(a, b) for a, b in zip(outputs[path], outputs[ref], strict=True))
+        psnr = min(float_psnr(a, b) for a, b in zip(outputs[path], outputs[ref], strict=True))
         shown = "(reference)" if path == ref else ("identical" if psnr == float("inf") else f"{psnr:.1f} dB")
         print(f"{path:<8} {mps:>8.3f} {mps / base:>9.2f}x {setup[path]:>8.2f} {shown:>16}")
     return 0

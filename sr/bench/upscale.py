@@ -166,6 +166,7 @@ def _sweep(models: list, images: list, tile: int, overlaps_text: str) -> list[di
     import torch
 
     from ..inference.tiling import BLEND_RAMP, min_tile, plan_axis, run_tiled
+    from ..metrics import float_psnr
     from ..resize import imresize, modcrop
 
     try:
@@ -173,10 +174,6 @@ def _sweep(models: list, images: list, tile: int, overlaps_text: str) -> list[di
     except ValueError:
         raise CLIError(f"--sweep-overlaps must be comma-separated integers, got {overlaps_text!r}") from None
     blends = [("cut", 0.0), ("fade", BLEND_RAMP), ("linear", 1.0)]
-
-    def psnr(a: np.ndarray, b: np.ndarray) -> float:
-        mse = float(np.mean((a.astype(np.float64) - b) ** 2))
-        return 10 * np.log10(1 / mse) if mse > 0 else float("inf")
 
     rows = []
     print(f"{'model':<24} {'tile':>5} {'overlap':>7} {'blend':>7} {'tiles':>6} {'mean dB':>8} {'min dB':>7} "
@@ -199,7 +196,7 @@ def _sweep(models: list, images: list, tile: int, overlaps_text: str) -> list[di
                         cols_ = plan_axis(lr.shape[1], tile, ov, align)
                         tiles += len(rows_) * len(cols_)
                         area += sum(b - a for a, b in rows_) * sum(b - a for a, b in cols_)
-                        scores.append(psnr(run_tiled(lr, run, s, tile, ov, align, ramp=ramp)[0], whole))
+                        scores.append(float_psnr(run_tiled(lr, run, s, tile, ov, align, ramp=ramp)[0], whole))
                     compute = area / sum(lr.shape[0] * lr.shape[1] for lr in lrs)
                     label = "none" if ov == 0 else blend
                     row = {"model": Path(name).stem, "tile": tile, "overlap": ov, "blend": label,

@@ -13,6 +13,7 @@ from sr.cli import main
 from sr.inference import Upscaler, onnx_export
 from sr.inference.onnx_export import OnnxNet, OnnxUnavailable, export_onnx
 from sr.io import DecodedImage, read_image
+from sr.metrics import float_psnr as psnr
 from sr.models import set_attention_path
 from sr.weights import load_weights
 
@@ -24,11 +25,6 @@ needs_onnx = pytest.mark.skipif(
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((REPO / "data").glob("*.png"))
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((np.clip(a, 0, 1).astype(np.float64) - np.clip(b, 0, 1)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(1 / mse)
 
 
 @pytest.fixture(scope="module")
