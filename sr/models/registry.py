@@ -8,6 +8,10 @@ from torch import nn
 from .network import NetConfig, SRNet
 
 ASA = {"region": 4, "k_min": 0, "k_max": 8, "budget": 4.0, "stride": 2, "detail_prior": 0.5}
+# The second design (issue "make the attention pay"): full-resolution queries (stride 1), half the
+# mean budget with a cap 6x the mean, so the most detailed regions can hold most of it, and a
+# sharper detail prior. Its training path is tiered by budget, so the lower mean is what it costs.
+ASA2 = {"region": 4, "k_min": 0, "k_max": 12, "budget": 2.0, "stride": 1, "detail_prior": 1.0}
 
 # Presets are scale-free; a model name is "<preset>-x<scale>", e.g. "asa-base-x2".
 PRESETS: dict[str, dict] = {
@@ -17,6 +21,8 @@ PRESETS: dict[str, dict] = {
     # trained asa-base checkpoint initialises it exactly (`sr train --init`, new layers start as identity).
     "asa-deep": dict(channels=48, blocks=10, attn_every=3, heads=3, attention="adaptive", attn_options=ASA),
     "asa-medium": dict(channels=64, blocks=8, attn_every=4, heads=4, attention="adaptive", attn_options=ASA),
+    # asa-base's body with the second attention design (same parameters: only the routing differs)
+    "asa2-base": dict(channels=48, blocks=7, attn_every=3, heads=3, attention="adaptive", attn_options=ASA2),
 }
 DEFAULT_PRESET = "asa-base"
 

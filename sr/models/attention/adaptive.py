@@ -19,10 +19,9 @@ from .common import AttentionBranch, from_head_regions, pad_to_multiple, to_head
 from .registry import register_attention
 from .routing import (
     pooled_topk,
-    rank_mask_bias,
     routed_attention,
-    soft_region_attention,
     static_routed_attention,
+    tiered_soft_region_attention,
 )
 
 
@@ -128,11 +127,10 @@ class AdaptiveSparseAttention(AttentionBranch):
         k_top = min(self.k_max, n)
         idx = pooled_topk(*self.pooled_qk(xp, p), k_top)  # (B, N, k_top), best first; as inference routes
         # Rank r counts with weight clamp(k - r, 0, 1): a log-weight score bias inside, a fade outside
-        # (k -> 0 fades the whole branch out, so a budget of 0 means "no attention here").
-        weights, bias = rank_mask_bias(k_map.flatten(1), k_top)  # (B, N, k_top)
+        # (k -> 0 fades the whole branch out, so a budget of 0 means "no attention here"). Regions are
+        # tiered by ceil(k), so the gathers and scores follow the budget as at inference.
         qh, kh, vh = (to_head_regions(t, p, self.heads) for t in (q, k, v))  # (B, heads, N, P, d)
-        out = soft_region_attention(qh, kh, vh, idx, bias)  # (B, heads, N, P, d)
-        out = out * weights[:, None, :, :1, None].to(out.dtype)
+        out = tiered_soft_region_attention(qh, kh, vh, idx, k_map.flatten(1))  # (B, heads, N, P, d)
         return from_head_regions(out, hp, wp, p), k_map
 
     def _attend_static(self, q, k, v, x):

@@ -273,6 +273,62 @@ def soft_region_attention(
     return torch.bmm(attn.to(vg.dtype), vg).view(b, heads, n, pp, d)
 
 
+TRAIN_TIERS = (1, 2, 3, 4, 6, 8, 12, 16)  # gather sizes of the tiered soft path (the largest is always k_top)
+
+
+def tiered_soft_region_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor, budget: torch.Tensor,
+    caps: tuple[int, ...] = TRAIN_TIERS,
+) -> torch.Tensor:
+    """The soft training path with compute that follows the budget: regions grouped by how many ranks count.
+
+    Equal to ``soft_region_attention(q, k, v, idx, bias) * weights[..., :1]`` with ``(weights, bias) =
+    rank_mask_bias(budget, K)``, values and gradients alike: rank r counts with weight clamp(k - r, 0, 1),
+    so a region with continuous budget k only needs its first ceil(k) ranks (at least one, which
+    carries the fade and its gradient at k = 0); the ranks beyond add exp(-large) = 0 to its softmax and
+    have a constant bias. Each region joins the smallest tier in ``caps`` (plus K) that holds its
+    ranks, and each tier gathers only that many key regions: with a mean budget of 2 of K = 8, about a
+    third of the fixed-K gathers and scores.
+
+    q, k, v: (B, heads, N, P, d) region tokens; idx: (B, N, K) key region ids, best first; budget:
+    (B, N) continuous k in [0, K]. Returns (B, heads, N, P, d).
+    """
+    b, heads, n, pp, d = q.shape
+    k_top = idx.shape[-1]
+    weights, bias = rank_mask_bias(budget, k_top)  # (B, N, K)
+    need = weights.detach().gt(0).sum(-1).clamp_min(1).flatten()  # (B*N,) ranks that count, >= 1
+    tiers = torch.tensor(sorted({c for c in caps if c < k_top} | {k_top}), device=idx.device)
+    tier_of = torch.searchsorted(tiers, need)  # index of the smallest cap >= need
+    # Region-major rows per head, (heads, B*N, P, d): a tier's query regions and key regions are then
+    # one index_select each, and the gathered keys reshape to (heads * M, c * P, d) without a copy.
+    to_rows = lambda t: t.transpose(0, 1).reshape(heads, b * n, pp, d)  # noqa: E731
+    with torch.autocast(q.device.type, enabled=False):
+        qr, kr = to_rows(q.float()) * d**-0.5, to_rows(k.float())
+    vr = to_rows(v)
+    flat_idx = (idx + n * torch.arange(b, device=idx.device)[:, None, None]).view(b * n, k_top)
+    flat_bias = bias.view(b * n, k_top)
+    outs, members = [], []
+    for t, cap in enumerate(tiers.tolist()):
+        mem = (tier_of == t).nonzero().squeeze(1)  # (M,) query regions of this tier
+        m = mem.numel()
+        if not m:
+            continue
+        ids = flat_idx.index_select(0, mem)[:, :cap].flatten()  # (M * cap,) key regions, rank order
+        vg = vr.index_select(1, ids).view(heads * m, cap * pp, d)  # (heads*M, cap*P, d)
+        with torch.autocast(q.device.type, enabled=False):
+            qg = qr.index_select(1, mem).view(heads * m, pp, d)  # (heads*M, P, d)
+            kg = kr.index_select(1, ids).view(heads * m, cap * pp, d)
+            scores = torch.bmm(qg, kg.transpose(1, 2)).view(heads, m, pp, cap, pp)  # (heads, M, P, cap, P)
+            scores = scores + flat_bias.index_select(0, mem)[:, :cap].float().view(1, m, 1, cap, 1)
+            attn = scores.view(heads * m, pp, cap * pp).softmax(dim=-1)
+        outs.append(torch.bmm(attn.to(vg.dtype), vg).view(heads, m, pp, d))
+        members.append(mem)
+    order = torch.cat(members)  # every region exactly once
+    out = torch.cat(outs, dim=1).index_select(1, torch.argsort(order))  # (heads, B*N, P, d), region order
+    out = out * weights[..., 0].reshape(1, b * n, 1, 1).to(out.dtype)  # rank 0's weight: the fade as k -> 0
+    return out.view(heads, b, n, pp, d).transpose(0, 1)
+
+
 def rank_mask_bias(budget: torch.Tensor, k_max: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Soft top-k over ranks: region of rank r counts with weight clamp(k - r, 0, 1).
 
