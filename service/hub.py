@@ -7,13 +7,14 @@ first use. A client names a model only by a catalogue name, never by a path.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from sr.descriptor import family_of
 
 from .settings import Settings
 
@@ -55,13 +56,12 @@ class ModelHub:
                 entries = list_models(self.settings.weights_dir)
                 for m in entries:
                     m["family"] = family_of(str(m["name"]))
-            for m in entries:
-                m["k_max"] = _budget_k_max(m)
             self._catalog = [{k: _plain(v) for k, v in m.items() if k not in _HIDDEN_KEYS} for m in entries]
         return self._catalog
 
     def budget_k_max(self, family: str) -> float | None:
-        """The largest per-pixel attention budget the family's models allow: the heat map's top colour."""
+        """The largest per-pixel attention budget the family's models allow: the heat map's top colour
+        (each model's ``k_max`` as its descriptor states it)."""
         values = [m["k_max"] for m in self.catalog() if m["family"] == family and m.get("k_max")]
         return max(values) if values else None
 
@@ -134,26 +134,6 @@ class ModelHub:
         if self.error:
             out["error"] = self.error
         return out
-
-
-def family_of(name: str) -> str:
-    """'asa-base-x2' -> 'asa-base' (the engine finds <family>-x{2,3,4}); any other name is its own family."""
-    family, sep, scale = name.rpartition("-x")
-    return family if sep and family and scale in ("2", "3", "4") else name
-
-
-def _budget_k_max(entry: dict[str, Any]) -> float | None:
-    """k_max of an adaptive-attention model, from its weights' architecture metadata."""
-    from sr.weights import WeightsError, read_metadata
-
-    path = entry.get("path")
-    if not path or entry.get("attention") not in (None, "adaptive"):
-        return None
-    try:
-        options = json.loads(read_metadata(path)["config"]).get("attn_options") or {}
-        return float(options["k_max"]) if "k_max" in options else None
-    except (WeightsError, KeyError, TypeError, ValueError):
-        return None
 
 
 def _entry_stem(entry: dict[str, Any]) -> str:

@@ -6,6 +6,9 @@ import argparse
 import importlib
 import sys
 
+# CLIError lives in sr.errors (commands import it from there); re-exported for older imports
+from .errors import CLIError as CLIError
+
 # name -> (module in sr.commands, one-line help). Modules are imported lazily so `sr --help` is fast.
 COMMANDS: dict[str, tuple[str, str]] = {
     "upscale": ("upscale", "upscale images, folders or globs"),
@@ -16,14 +19,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "run the HTTP service (FastAPI + web page)"),
     "bench": ("bench", "benchmarks: attention, train, upscale, serve"),
 }
-
-
-class CLIError(Exception):
-    """An expected failure with a message for the user (exit code 2 unless given)."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -1,9 +1,13 @@
-"""Safetensors weights with metadata: export from training checkpoints, checked loading.
+"""Safetensors weights with metadata: export from training checkpoints, checked loading, lookup.
 
 A shipped file holds the EMA weights (no pickle) and a metadata dict of strings: the architecture
 config (JSON), preset, scale, params, training data and steps, validation PSNR/SSIM. Loading builds
 the architecture from that metadata and checks every tensor, so a mismatched or corrupt file gives
 one clear :class:`WeightsError`.
+
+Names become files here and only here: :func:`describe` / :func:`load_model` give one model's
+:class:`~sr.descriptor.ModelDescriptor`, :func:`find_models` a family's (one per scale) and
+:func:`catalog` every model of a folder.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_save
 
+from .descriptor import SCALES, ModelDescriptor
 from .io import atomic_write
 from .models import NetConfig, SRNet, count_params
 
@@ -76,8 +81,7 @@ def load_weights(path: str | Path, map_location: str | torch.device = "cpu") -> 
     """Build the network described by the file's metadata and load its weights (eval mode)."""
     meta = read_metadata(path)
     try:
-        cfg = NetConfig(**json.loads(meta["config"]))
-        model = SRNet(cfg)
+        model = SRNet(NetConfig(**json.loads(meta["config"])))
     except (KeyError, TypeError, ValueError) as e:
         raise WeightsError(f"{path}: bad architecture metadata ({e})") from None
     try:
@@ -109,3 +113,66 @@ def resolve_weights(name_or_path: str) -> Path:
 
 def shipped_models() -> list[Path]:
     return sorted(WEIGHTS_DIR.glob("*.safetensors"))
+
+
+def describe(path: str | Path) -> ModelDescriptor:
+    """The descriptor of one weights file from its metadata alone (no tensor is read)."""
+    path = Path(path)
+    meta = read_metadata(path)
+    try:
+        cfg = NetConfig(**json.loads(meta["config"]))
+        scale = int(cfg.scale)
+    except (KeyError, TypeError, ValueError) as e:
+        raise WeightsError(f"{path}: bad architecture metadata ({e})") from None
+    if scale not in SCALES:
+        raise WeightsError(f"{path}: unsupported scale {scale}")
+    return ModelDescriptor(cfg, path.stem, path, meta)
+
+
+def load_model(name_or_path: str | Path, map_location: str | torch.device = "cpu") -> ModelDescriptor:
+    """A shipped model's name or a .safetensors path -> its descriptor with the network loaded."""
+    return describe(resolve_weights(str(name_or_path))).load(map_location)
+
+
+def find_models(
+    model: str | Path, weights_dir: str | Path | None = None
+) -> tuple[str, dict[int, ModelDescriptor]]:
+    """(name, {scale: descriptor}) for a weights file, a full name in ``weights_dir`` ('asa-base-x2')
+    or a family there ('asa-base': every <family>-x{2,3,4}.safetensors). Metadata only."""
+    folder = Path(weights_dir) if weights_dir is not None else WEIGHTS_DIR
+    text = str(model)
+    as_path = Path(text).expanduser()
+    if isinstance(model, Path) or text.endswith(".safetensors") or as_path.is_file():
+        desc = describe(as_path)
+        return as_path.stem, {desc.scale: desc}
+    if not text or "/" in text or "\\" in text:
+        raise WeightsError(f"unknown model {text!r}: not a weights file")
+    single = folder / f"{text}.safetensors"
+    if single.is_file():
+        desc = describe(single)
+        return text, {desc.scale: desc}
+    family = {s: folder / f"{text}-x{s}.safetensors" for s in SCALES}
+    family = {s: p for s, p in family.items() if p.is_file()}
+    if not family:
+        known = ", ".join(d.name for d in catalog(folder)) or "none"
+        raise WeightsError(
+            f"unknown model {text!r}: no {text}-x{{2,3,4}}.safetensors in {folder} "
+            f"(available: {known}); pass a .safetensors path to use your own weights"
+        )
+    found = {s: describe(p) for s, p in family.items()}
+    for s, desc in found.items():
+        if desc.scale != s:
+            raise WeightsError(f"{desc.path}: file name says x{s} but its metadata says another scale")
+    return text, found
+
+
+def catalog(weights_dir: str | Path | None = None) -> list[ModelDescriptor]:
+    """Every readable model file of a folder (default: the shipped weights), by file name."""
+    folder = Path(weights_dir) if weights_dir is not None else WEIGHTS_DIR
+    out = []
+    for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+        try:
+            out.append(describe(path))
+        except WeightsError:
+            continue  # an unreadable file is not a model; loading it by name reports why
+    return out

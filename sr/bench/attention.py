@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..cli import CLIError
+from ..errors import CLIError
 from ..models.attention import (
     AdaptiveSparseAttention,
     AttentionBranch,
@@ -256,10 +256,10 @@ class PhotoFeatures:
     def __init__(self, model_name: str, device: torch.device) -> None:
         from skimage import data
 
-        from ..weights import WeightsError, load_weights, resolve_weights
+        from ..weights import WeightsError, load_model
 
         try:
-            model, _ = load_weights(resolve_weights(model_name))
+            model = load_model(model_name).net
         except WeightsError as e:
             raise CLIError(str(e)) from None
         blocks = [m for m in model.modules() if isinstance(m, AdaptiveSparseAttention)]

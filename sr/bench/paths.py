@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..cli import CLIError
+from ..errors import CLIError
 from .attention import Clock, add_timing_arguments, comma_choices
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ..inference.devices import configure_threads, resolve_device
     from ..io import read_image
     from ..metrics import float_psnr
-    from ..weights import WeightsError, load_weights, resolve_weights
+    from ..weights import WeightsError, load_model
 
     paths = comma_choices(args.paths, PATHS, "path(s)")
     if args.rounds < 1:
@@ -56,11 +56,11 @@ def run(args: argparse.Namespace) -> int:
     threads = configure_threads(args.threads or None)
     clock = Clock(args.clock, device)
     try:
-        weights = resolve_weights(args.model)
-        net, _ = load_weights(weights)
+        model = load_model(args.model)
     except WeightsError as e:
         raise CLIError(str(e)) from None
-    net = net.to(device).eval().requires_grad_(False).to(memory_format=torch.channels_last)
+    weights = model.path
+    net = model.net.to(device).eval().requires_grad_(False).to(memory_format=torch.channels_last)
     try:
         files = list_images(Path(args.images))[: args.max_images]
     except FileNotFoundError:

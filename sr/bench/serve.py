@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..cli import CLIError
+from ..errors import CLIError
 
 MAX_REQUESTS = 10_000
 MAX_CONCURRENCY = 64

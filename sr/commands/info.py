@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..cli import CLIError
+from ..descriptor import ModelDescriptor
+from ..descriptor import preset_of as preset_of  # moved there; tests and callers import it from here
+from ..errors import CLIError
 
 if TYPE_CHECKING:
     from ..models import NetConfig, SRNet
@@ -52,21 +54,6 @@ def parse_size(text: str) -> tuple[int, int]:
     return h, w
 
 
-def preset_of(cfg: NetConfig, meta: dict[str, str] | None = None) -> str:
-    """The preset a config was built from: the weights' own note, else an exact match, else 'custom'."""
-    from ..models import PRESETS, build_config
-
-    if meta and meta.get("preset"):
-        return meta["preset"]
-    for name in PRESETS:
-        if build_config(name, cfg.scale).to_dict() == cfg.to_dict():
-            return name
-    for name in PRESETS:  # the same network with a different attention kind (ablations)
-        if build_config(name, cfg.scale, attention=cfg.attention).to_dict() == cfg.to_dict():
-            return f"{name} (attention: {cfg.attention})"
-    return "custom"
-
-
 def attention_summary(cfg: NetConfig) -> str:
     """'adaptive (region=4, ...)': the kind and the options it uses, as its registration names them."""
     from ..models.attention import get_attention
@@ -90,10 +77,11 @@ def _macs_line(model: SRNet, hw: tuple[int, int]) -> str:
     return f"{macs / 1e9:.2f} G for a {w * s}x{h * s} output ({w}x{h} input)"
 
 
-def load(name: str) -> tuple[SRNet, dict[str, str] | None, Path | None]:
-    """(model, metadata or None, weights path or None) for a weights path, shipped name or preset."""
+def load(name: str) -> ModelDescriptor:
+    """The descriptor (network loaded) of a weights path or shipped name, else of a preset name
+    (random weights, no metadata)."""
     from ..models import PRESETS, build_model, parse_name
-    from ..weights import WeightsError, load_weights, resolve_weights, shipped_models
+    from ..weights import WeightsError, describe, resolve_weights, shipped_models
 
     path_like = name.endswith(".safetensors") or Path(name).exists()
     try:
@@ -110,12 +98,11 @@ def load(name: str) -> tuple[SRNet, dict[str, str] | None, Path | None]:
                 f"unknown model {name!r}: not a weights file, a shipped model ({shipped}) "
                 f"or a preset ({presets})"
             ) from None
-        return build_model(name).eval(), None, None
+        return ModelDescriptor.from_net(build_model(name).eval(), name)
     try:
-        model, meta = load_weights(path)
+        return describe(path).load()
     except WeightsError as e:
         raise CLIError(str(e)) from None
-    return model, meta, path
 
 
 def _validation(text: str) -> str:
@@ -126,23 +113,25 @@ def _validation(text: str) -> str:
         return text
 
 
-def describe(
-    model: SRNet, meta: dict[str, str] | None, path: Path | None, hw: tuple[int, int]
-) -> list[tuple[str, str]]:
+def describe(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]]:
     from ..models import count_params
 
+    model, meta, path = desc.load().net, desc.meta, desc.path
     cfg = model.cfg
     n_attn = cfg.blocks // cfg.attn_every if cfg.attention != "none" else 0
     params = count_params(model)
+    k_max = "none (no per-region budget)" if desc.k_max is None else f"{desc.k_max:g} key regions"
     rows = [
         ("source", f"weights file {path}" if path else "preset (random weights; no weights file)"),
-        ("preset", preset_of(cfg, meta)),
+        ("preset", desc.preset),
         ("scale", f"x{cfg.scale}"),
         ("channels", str(cfg.channels)),
         ("blocks", f"{cfg.blocks} residual, attention after every {cfg.attn_every} ({n_attn} attention)"),
         ("heads", str(cfg.heads)),
         ("attention", attention_summary(cfg)),
         ("channel attn", cfg.channel_attention or "none"),
+        ("budget cap", k_max),
+        ("input align", f"{desc.align} px (tile starts are multiples of it)"),
         ("params", f"{params:,} ({params / 1e6:.3f} M)"),
         ("MACs", _macs_line(model, hw)),
     ]
@@ -161,14 +150,15 @@ def describe(
 
 def table_all(hw: tuple[int, int]) -> list[list[str]]:
     from ..models import PRESETS, build_model, count_macs, count_params
-    from ..weights import WEIGHTS_DIR
+    from ..weights import catalog
 
+    shipped_names = {d.name for d in catalog()}
     rows = [["model", "channels", "blocks", "attention", "params", "GMACs", "weights"]]
     for preset in PRESETS:
         for scale in (2, 3, 4):
             name = f"{preset}-x{scale}"
             model = build_model(name).eval()
-            shipped = (WEIGHTS_DIR / f"{name}.safetensors").is_file()
+            shipped = name in shipped_names
             rows.append([
                 name, str(model.cfg.channels), str(model.cfg.blocks), model.cfg.attention,
                 f"{count_params(model):,}", f"{count_macs(model, hw) / 1e9:.2f}",
@@ -189,10 +179,9 @@ def run(args: argparse.Namespace) -> int:
             cells = (c.rjust(wd) if c[:1].isdigit() else c.ljust(wd) for c, wd in zip(r, widths, strict=True))
             print("  ".join(cells).rstrip())
         return 0
-    model, meta, path = load(args.model)
-    title = meta.get("name", path.stem) if meta and path else args.model
-    print(title)
-    rows = describe(model, meta, path, hw)
+    desc = load(args.model)
+    print(desc.meta.get("name", desc.name) if desc.path else args.model)
+    rows = describe(desc, hw)
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")

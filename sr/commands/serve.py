@@ -13,7 +13,7 @@ import socket
 import sys
 from pathlib import Path
 
-from ..cli import CLIError
+from ..errors import CLIError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

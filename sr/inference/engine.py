@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import numbers
 import threading
@@ -24,14 +23,13 @@ import numpy as np
 import torch
 
 from .. import weights as sr_weights
+from ..descriptor import ModelDescriptor
 from ..models import ATTENTION_PATHS, SRNet, set_attention_path
-from ..models.attention import AttentionBranch, attention_k_max
 from .devices import DeviceError, available_memory, configure_threads, pick_dtype, resolve_device
 from .ensemble import self_ensemble
 from .resample import resize_to
 from .tiling import TileFn, min_tile, run_tiled
 
-SCALES = (2, 3, 4)
 ALPHA_MODES = ("bicubic", "model")
 # Default overlap between tiles in input pixels, from the PSNR-vs-overlap sweep of `sr bench upscale
 # --sweep-tile` (docs/benchmarks.md): with 16 px a trained model's tiled output is within ~66-68 dB of
@@ -87,15 +85,6 @@ class _Loaded:
     forward: Any = None  # what runs the network: the net itself, or its torch.compile'd wrapper
 
 
-def _attention_align(net: SRNet) -> int:
-    """The input alignment every attention block of ``net`` states (their lcm): 1 without attention."""
-    align = 1
-    for m in net.modules():
-        if isinstance(m, AttentionBranch):
-            align = math.lcm(align, m.align)
-    return align
-
-
 def _is_oom(e: BaseException) -> bool:
     oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
     return isinstance(e, oom) or (isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
@@ -138,11 +127,16 @@ def _nearest_resize(a: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
 
 
 class Upscaler:
-    """Load a model family (or one weights file) once; upscale images of any size with it."""
+    """Load a model family (or one weights file) once; upscale images of any size with it.
+
+    ``model``: a family in ``weights_dir`` ('asa-base': one file per scale), a full name
+    ('asa-base-x2'), a .safetensors path, or a :class:`~sr.descriptor.ModelDescriptor` (e.g. of an
+    in-memory network, which the engine then uses itself: moved to its device and dtype, frozen).
+    """
 
     def __init__(
         self,
-        model: str | Path = "asa-base",
+        model: str | Path | ModelDescriptor = "asa-base",
         device: str = "auto",
         tile: int | str | None = "auto",
         tile_overlap: int = DEFAULT_TILE_OVERLAP,
@@ -190,9 +184,8 @@ class Upscaler:
         self.tile_overlap = tile_overlap
         self.tile = self._parse_tile(tile)
         self.weights_dir = Path(weights_dir) if weights_dir is not None else sr_weights.WEIGHTS_DIR
-        self._k_max: dict[int, float | None] = {}
-        self.name, self._paths = self._find_weights(model)
-        self.scales: list[int] = sorted(self._paths)
+        self.name, self._descriptors = self._find_weights(model)
+        self.scales: list[int] = sorted(self._descriptors)
         self._models: dict[int, _Loaded] = {}
         self._lock = threading.Lock()
 
@@ -217,44 +210,14 @@ class Upscaler:
             )
         return value
 
-    def _find_weights(self, model: str | Path) -> tuple[str, dict[int, Path]]:
-        text = str(model)
-        as_path = Path(text).expanduser()
-        if isinstance(model, Path) or text.endswith(".safetensors") or as_path.is_file():
-            return as_path.stem, {self._check_file(as_path): as_path}
-        if not text or "/" in text or "\\" in text:
-            raise UpscaleError(f"unknown model {text!r}: not a weights file")
-        single = self.weights_dir / f"{text}.safetensors"
-        if single.is_file():  # a full name such as "asa-base-x2"
-            return text, {self._check_file(single): single}
-        family = {s: self.weights_dir / f"{text}-x{s}.safetensors" for s in SCALES}
-        family = {s: p for s, p in family.items() if p.is_file()}
-        if not family:
-            known = ", ".join(m["name"] for m in list_models(self.weights_dir)) or "none"
-            raise UpscaleError(
-                f"unknown model {text!r}: no {text}-x{{2,3,4}}.safetensors in {self.weights_dir} "
-                f"(available: {known}); pass a .safetensors path to use your own weights"
-            )
-        for s, p in family.items():
-            if self._check_file(p) != s:
-                raise UpscaleError(f"{p}: file name says x{s} but its metadata says another scale")
-        return text, family
-
-    def _check_file(self, path: Path) -> int:
-        """Validate a weights file's metadata (cheap: no tensors read); returns its scale."""
+    def _find_weights(self, model: str | Path | ModelDescriptor) -> tuple[str, dict[int, ModelDescriptor]]:
+        """The model's descriptors by scale (metadata only: weights are read on first use)."""
+        if isinstance(model, ModelDescriptor):
+            return model.name, {model.scale: model}
         try:
-            meta = sr_weights.read_metadata(path)
-            cfg = json.loads(meta["config"])
-            scale = int(cfg["scale"])
+            return sr_weights.find_models(model, self.weights_dir)
         except sr_weights.WeightsError as e:
             raise UpscaleError(str(e)) from None
-        except (KeyError, TypeError, ValueError) as e:
-            raise UpscaleError(f"{path}: bad architecture metadata ({e})") from None
-        if scale not in SCALES:
-            raise UpscaleError(f"{path}: unsupported scale {scale}")
-        # the budget cap as the attention kind states it (None: no budget map to scale)
-        self._k_max[scale] = attention_k_max(cfg.get("attention"), cfg.get("attn_options"))
-        return scale
 
     def _get(self, scale: int) -> _Loaded:
         loaded = self._models.get(scale)
@@ -263,17 +226,16 @@ class Upscaler:
         with self._lock:  # one load per scale even when concurrent calls ask for it together
             loaded = self._models.get(scale)
             if loaded is None:
-                path = self._paths[scale]
                 try:
-                    net, _meta = sr_weights.load_weights(path)
+                    desc = self._descriptors[scale].load()
                 except sr_weights.WeightsError as e:
                     raise UpscaleError(str(e)) from None
-                net = net.to(device=self.device, dtype=self.dtype, memory_format=self.memory_format)
+                net = desc.net.to(device=self.device, dtype=self.dtype, memory_format=self.memory_format)
                 net = net.eval().requires_grad_(False)
                 set_attention_path(net, self.attention_path)
                 # dynamic=True: one graph for every tile shape (the static path has no size branches)
                 forward = torch.compile(net, dynamic=True) if self.compile else net
-                loaded = _Loaded(net, path.stem, scale, _attention_align(net), net.cfg.channels, forward)
+                loaded = _Loaded(net, desc.name, scale, desc.align, net.cfg.channels, forward)
                 self._models[scale] = loaded
         return loaded
 
@@ -281,7 +243,7 @@ class Upscaler:
     def k_max(self) -> float | None:
         """The most key regions any pixel may attend to (the top of the budget colour scale), or None
         when no model of this family has adaptive attention."""
-        values = [k for s, k in self._k_max.items() if s in self._paths and k is not None]
+        values = [d.k_max for d in self._descriptors.values() if d.k_max is not None]
         return max(values) if values else None
 
     def load(self, scale: int | None = None) -> None:
@@ -515,33 +477,21 @@ class Upscaler:
 
 def list_models(weights_dir: str | Path | None = None) -> list[dict]:
     """Shipped models and what their metadata says: name, preset, scale, params, validation scores."""
-    folder = Path(weights_dir) if weights_dir is not None else sr_weights.WEIGHTS_DIR
     models = []
-    for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
-        try:
-            meta = sr_weights.read_metadata(path)
-            cfg = json.loads(meta["config"])
-        except (sr_weights.WeightsError, KeyError, ValueError):
-            continue  # an unreadable file is not a model; loading it by name reports why
-        try:
-            validation = json.loads(meta.get("validation", "{}")) or {}
-        except ValueError:
-            validation = {}
-        family, sep, tail = path.stem.rpartition("-x")
-        options = cfg.get("attn_options") or {}
+    for desc in sr_weights.catalog(weights_dir):
         entry: dict[str, Any] = {
-            "name": path.stem,
+            "name": desc.name,
             # the family name that Upscaler(model=...) resolves: metadata first, else the file name
-            "preset": meta.get("preset") or (family if sep and tail.isdigit() else path.stem),
-            "scale": int(cfg.get("scale", meta.get("scale", 0))),
-            "params": int(meta["params"]) if meta.get("params", "").isdigit() else None,
-            "attention": cfg.get("attention"),
-            "k_max": attention_k_max(cfg.get("attention"), options),
-            "steps": int(meta["steps"]) if meta.get("steps", "").isdigit() else None,
-            "path": str(path),
+            "preset": desc.meta.get("preset") or desc.family,
+            "scale": desc.scale,
+            "params": desc.params,
+            "attention": desc.attention,
+            "k_max": desc.k_max,
+            "steps": desc.steps,
+            "path": str(desc.path),
         }
         for bench in ("Set5", "Set14"):
-            scores = validation.get(bench) or {}
+            scores = desc.validation.get(bench) or {}
             entry[f"{bench.lower()}_psnr"] = scores.get("psnr")
             entry[f"{bench.lower()}_ssim"] = scores.get("ssim")
         models.append(entry)

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 
 from .. import weights as sr_weights
+from ..descriptor import ModelDescriptor
 from ..io import atomic_write
-from ..models import SRNet, set_attention_path
-from ..models.attention import attention_k_max
+from ..models import set_attention_path
 
 INPUT_NAME, OUTPUT_NAME = "input", "output"
 OPSET = 18
@@ -46,19 +46,19 @@ def _require(module: str):
         raise OnnxUnavailable(f"{module} is not installed. {EXTRA_HINT}") from None
 
 
-def onnx_metadata(net: SRNet, meta: dict[str, str], name: str) -> dict[str, str]:
+def onnx_metadata(model: ModelDescriptor) -> dict[str, str]:
     """What a runtime needs to know about the graph, stored in the ONNX file's metadata_props."""
-    options = net.cfg.attn_options or {}
-    k_max = attention_k_max(net.cfg.attention, options)  # the variant's own budget cap, or None
+    cfg, meta, k_max = model.config, model.meta, model.k_max  # k_max: the variant's own cap, or None
+    options = cfg.attn_options or {}
     return {
-        "sr_model": name,
-        "sr_scale": str(net.scale),
-        "sr_attention": net.cfg.attention,
-        "sr_budget": str(options.get("budget", "")) if net.cfg.attention == "adaptive" else "",
+        "sr_model": model.name,
+        "sr_scale": str(model.scale),
+        "sr_attention": cfg.attention,
+        "sr_budget": str(options.get("budget", "")) if cfg.attention == "adaptive" else "",
         "sr_k_max": "" if k_max is None else f"{k_max:g}",
         "sr_input": "float32 NCHW RGB in [0, 1], any H and W",
         "sr_output": "float32 NCHW RGB, scale x H and W; clamp to [0, 1]",
-        "sr_config": json.dumps(net.cfg.to_dict()),
+        "sr_config": json.dumps(cfg.to_dict()),
         "sr_train_data": meta.get("train_data", ""),
         "sr_steps": meta.get("steps", ""),
     }
@@ -74,9 +74,8 @@ def export_onnx(weights: str | Path, output: str | Path, opset: int = OPSET) -> 
     _require("onnxscript")
     import onnx
 
-    path = sr_weights.resolve_weights(str(weights))
-    net, meta = sr_weights.load_weights(path)
-    net = net.eval().requires_grad_(False)
+    desc = sr_weights.load_model(weights)
+    net = desc.net.eval().requires_grad_(False)
     set_attention_path(net, "static")
     output = Path(output)
     # torch.onnx.export writes to a path: a private scratch file beside the output, never the output
@@ -91,7 +90,7 @@ def export_onnx(weights: str | Path, output: str | Path, opset: int = OPSET) -> 
                 external_data=False, verbose=False,
             )
         model = onnx.load(str(tmp))
-        for key, value in onnx_metadata(net, meta, path.stem).items():
+        for key, value in onnx_metadata(desc).items():
             model.metadata_props.add(key=key, value=value)
         # one self-contained proto (external_data=False): fsync, rename and cleanup are atomic_write's
         atomic_write(output, model.SerializeToString())

@@ -90,3 +90,13 @@ def test_the_variants_alignment_makes_tiles_match_the_whole_image(variant_x2):
     # Same tiles and overlap: only where the region grid lies differs (measured 1e-4 vs 0.08).
     assert np.abs(aligned - whole).max() < 1e-3
     assert np.abs(unaligned - whole).max() > 0.02
+
+
+def test_the_descriptor_reports_the_variants_own_budget_and_alignment(variant_x2):
+    from sr.weights import describe, load_model
+
+    desc = describe(variant_x2)  # metadata only: no tensor read, yet the variant's own statements
+    assert (desc.attention, desc.k_max, desc.has_budget, desc.align) == (KIND, 5.0, True, 6)
+    loaded = load_model(variant_x2)
+    assert [type(m) for m in loaded.net.modules() if isinstance(m, AttentionBranch)] == [RegionMean]
+    assert Upscaler(loaded, device="cpu", tile=None, threads=1).tile_runner(2)[1] == desc.align

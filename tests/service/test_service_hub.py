@@ -1,0 +1,32 @@
+"""ModelHub reads each model's budget cap from its descriptor, as the engine and sr info do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from service.hub import ModelHub
+from service.settings import Settings
+from sr.models import NetConfig, SRNet
+from sr.weights import describe, save_weights
+
+
+def _save(folder: Path, name: str, attention: str, options: dict) -> Path:
+    torch.manual_seed(0)
+    cfg = NetConfig(scale=2, channels=8, blocks=2, attn_every=2, heads=2, attention=attention,
+                    attn_options=options)
+    return save_weights(SRNet(cfg), folder / f"{name}.safetensors")
+
+
+def test_catalog_k_max_is_the_descriptors(tmp_path: Path) -> None:
+    # the edge cases the hub's own reading got wrong: a cap left at the variant's default, and
+    # a kind without a budget whose options still carry a k_max
+    capped = _save(tmp_path, "dflt-x2", "adaptive", {"region": 4, "stride": 2})
+    window = _save(tmp_path, "win-x2", "window", {"window": 4, "k_max": 8})
+    hub = ModelHub(Settings(weights_dir=tmp_path, model="dflt", preload=False))
+    by_name = {m["name"]: m for m in hub.catalog()}
+    assert by_name["dflt-x2"]["k_max"] == describe(capped).k_max == 8.0  # adaptive's default cap
+    assert by_name["win-x2"]["k_max"] is describe(window).k_max is None
+    assert hub.budget_k_max("dflt") == 8.0 and hub.budget_k_max("win") is None
+    assert "path" not in by_name["dflt-x2"]  # server paths stay hidden
