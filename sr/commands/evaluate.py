@@ -12,27 +12,21 @@ import csv
 import io
 import json
 import math
-import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..cli import CLIError
+from ..errors import CLIError
 
 if TYPE_CHECKING:
     import torch
 
-    from ..evaluation import UpscaleFn
+    from ..descriptor import ModelDescriptor
+    from ..evaluation import SetPlan, SetResult, UpscaleFn
 
 MAX_BICUBIC_SCALE = 8
-# LR file stems carry a scale marker: baby_x2, 0801x2, baby_LRBI_x2, img_001_SRF_2_LR, baby_LR.
-_LR_SUFFIX = re.compile(
-    r"(?:[_\-.]?(?:lrbi|lrbd|lrdn|lr|bicubic|bic)?[_\-.]?x\d+|[_\-]srf[_\-]\d+(?:[_\-](?:lr|hr))?|[_\-](?:lr|hr))$",
-    re.IGNORECASE,
-)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,124 +57,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="print only the per-set means")
 
 
-@dataclass
-class SetPlan:
-    name: str
-    hr_dir: Path
-    lr_dir: Path | None
-    pairs: list[tuple[Path, Path | None]]  # (HR file, matched LR file or None: LR made from HR)
-
-
-@dataclass
-class SetResult:
-    plan: SetPlan
-    rows: list[tuple[str, float, float]] = field(default_factory=list)  # (image, psnr, ssim)
-    seconds: float = 0.0
-
-    @property
-    def psnr(self) -> float:
-        return float(np.mean([r[1] for r in self.rows]))
-
-    @property
-    def ssim(self) -> float:
-        return float(np.mean([r[2] for r in self.rows]))
-
-
 # -- planning ---------------------------------------------------------------------------------------
 
 
-def set_names(dirs: list[Path]) -> list[str]:
-    """One unique, descriptive name per HR folder (used in tables and as --save sub-folders)."""
-    from ..evaluation import set_name
-
-    names: list[str] = []
-    for d in dirs:
-        name = base = set_name(d)
-        i = 2
-        while name in names:
-            name, i = f"{base}-{i}", i + 1
-        names.append(name)
-    return names
-
-
-def lr_key(stem: str) -> str:
-    """A file stem without its LR/HR scale marker, lower-cased: 'baby_LRBI_x2' -> 'baby'."""
-    return _LR_SUFFIX.sub("", stem).lower()
-
-
-def match_lr(hr_files: list[Path], lr_files: list[Path]) -> list[Path]:
-    """For each HR file the LR file with the same stem: exact, then the LR stem without its scale
-    suffix, then both without (so 'box2.png' pairs with 'box2x2.png', not with 'bo...')."""
-    tiers = [
-        lambda h, lr: lr.stem == h.stem,
-        lambda h, lr: lr_key(lr.stem) == h.stem.lower(),
-        lambda h, lr: lr_key(lr.stem) == lr_key(h.stem),
-    ]
-    out = []
-    for h in hr_files:
-        for same in tiers:
-            found = [lr for lr in lr_files if same(h, lr)]
-            if len(found) > 1:
-                names = ", ".join(f.name for f in found)
-                raise CLIError(f"{h.name}: several LR images match ({names})")
-            if found:
-                out.append(found[0])
-                break
-        else:
-            raise CLIError(f"{h.name}: no LR image with a matching name in {lr_files[0].parent}")
-    return out
-
-
-def _image_size(path: Path) -> tuple[int, int]:
-    """(width, height) from the header, with an unreadable file as a CLIError."""
-    from PIL import Image, UnidentifiedImageError
+def plan_sets(hr_dirs: list[str], lr_dirs: list[str] | None, scale: int) -> list[SetPlan]:
+    """The sets of :func:`sr.evaluation.plan_sets`, a bad one as a CLI message."""
+    from ..evaluation import EvaluationError
+    from ..evaluation import plan_sets as plan
 
     try:
-        with Image.open(path) as im:
-            return im.size
-    except (UnidentifiedImageError, OSError) as e:
-        raise CLIError(f"{path}: not a readable image ({e})") from None
-
-
-def _listing(folder: Path, what: str) -> list[Path]:
-    from ..evaluation import list_images
-
-    if not folder.exists():
-        raise CLIError(f"{what} folder not found: {folder}")
-    if not folder.is_dir():
-        raise CLIError(f"{what} path is not a folder: {folder}")
-    files = list_images(folder)
-    if not files:
-        raise CLIError(f"no images in {what} folder {folder}")
-    return files
-
-
-def plan_sets(hr_dirs: list[str], lr_dirs: list[str] | None, scale: int) -> list[SetPlan]:
-    """Folders -> image pairs. Every header is read up front: unreadable or too-small HR images, and
-    LR images that are not exactly HR / scale (after modcrop), fail before anything is scored."""
-    if lr_dirs is not None and len(lr_dirs) != len(hr_dirs):
-        raise CLIError(f"give one --lr folder per --hr folder ({len(hr_dirs)} HR, {len(lr_dirs)} LR)")
-    hr_paths = [Path(d) for d in hr_dirs]
-    plans = []
-    for i, (name, hr_dir) in enumerate(zip(set_names(hr_paths), hr_paths, strict=True)):
-        hr_files = _listing(hr_dir, "HR")
-        lr_dir = Path(lr_dirs[i]) if lr_dirs is not None else None
-        lr_files = match_lr(hr_files, _listing(lr_dir, "LR")) if lr_dir else [None] * len(hr_files)
-        for h, lr in zip(hr_files, lr_files, strict=True):
-            hw, hh = _image_size(h)
-            mw, mh = hw - hw % scale, hh - hh % scale
-            # SSIM's 11x11 window needs 11 pixels left after the scale-wide border crop.
-            if min(mw, mh) - 2 * scale < 11:
-                raise CLIError(f"{h}: {hw}x{hh} is too small to score at x{scale}")
-            if lr is not None:
-                lw, lh = _image_size(lr)
-                if (mw, mh) != (lw * scale, lh * scale):
-                    raise CLIError(
-                        f"{h.name}: HR {hw}x{hh} (modcropped to {mw}x{mh}) "
-                        f"is not {scale} x LR {lw}x{lh} ({lr})"
-                    )
-        plans.append(SetPlan(name, hr_dir, lr_dir, list(zip(hr_files, lr_files, strict=True))))
-    return plans
+        return plan(hr_dirs, lr_dirs, scale)
+    except EvaluationError as e:
+        raise CLIError(str(e)) from None
 
 
 def _check_output(path: str | None, flag: str) -> Path | None:
@@ -215,36 +103,35 @@ def load_model(
     ``budget`` overrides the adaptive attention's mean number of key regions per query region.
     """
     from ..evaluation import model_upscaler
-    from ..models import count_params
-    from ..weights import WeightsError, load_weights, resolve_weights
+    from ..weights import WeightsError, load_model
 
     try:
-        path = resolve_weights(name)
-        model, meta = load_weights(path)
+        model = load_model(name)
     except WeightsError as e:
         raise CLIError(f"{e} (or use --model bicubic)") from None
     if model.scale != scale:
-        raise CLIError(f"{path} is a x{model.scale} model but --scale is {scale}")
+        raise CLIError(f"{model.path} is a x{model.scale} model but --scale is {scale}")
     if budget is not None:
         set_budget(model, budget)
-    model.to(device)
-    label = meta.get("name") or path.stem
+    net = model.net.to(device)
+    label = model.meta.get("name") or model.name
     extras = ", x8 self-ensemble" if tta else ""
     extras += f", attention budget {budget:g}" if budget is not None else ""
-    desc = f"{label} ({path}, {count_params(model):,} params, {device}{extras})"
-    return model_upscaler(model, device, tta), desc
+    desc = f"{label} ({model.path}, {model.params:,} params, {device}{extras})"
+    return model_upscaler(net, device, tta), desc
 
 
-def set_budget(model: torch.nn.Module, budget: float) -> None:
-    """Set every adaptive attention block's target budget (0 = attention skipped everywhere)."""
+def set_budget(model: ModelDescriptor, budget: float) -> None:
+    """Set every adaptive attention block's target budget (0 = attention skipped everywhere), within
+    the budget cap the model's descriptor states."""
     from ..models.attention import AdaptiveSparseAttention
 
-    blocks = [m for m in model.modules() if isinstance(m, AdaptiveSparseAttention)]
-    if not blocks:
+    blocks = [m for m in model.net.modules() if isinstance(m, AdaptiveSparseAttention)]
+    if not blocks or model.k_max is None:
         raise CLIError("--budget needs a model with adaptive attention")
+    if not 0 <= budget <= model.k_max:
+        raise CLIError(f"--budget must be between 0 and the model's k_max {model.k_max:g}, got {budget:g}")
     for block in blocks:
-        if not 0 <= budget <= block.k_max:
-            raise CLIError(f"--budget must be between 0 and the model's k_max {block.k_max}, got {budget:g}")
         block.budget, block.k_min = float(budget), min(block.k_min, int(budget))
 
 
@@ -307,7 +194,7 @@ def _row(name: str, width: int, p: float, s: float) -> str:
 
 def score_set(plan: SetPlan, upscale: UpscaleFn | None, args: argparse.Namespace) -> SetResult:
     """Score (and print, and save) one set's images in order."""
-    from ..evaluation import load_hr, make_lr, score_image, score_lr
+    from ..evaluation import SetResult, make_lr, score_pairs
     from ..resize import imresize, modcrop
 
     scale, res = args.scale, SetResult(plan)
@@ -317,13 +204,10 @@ def score_set(plan: SetPlan, upscale: UpscaleFn | None, args: argparse.Namespace
         print(f"\n{plan.name} ({len(plan.pairs)} images, {lr_note})")
         print(f"  {'image':<{width}}  {'PSNR':>8}  {'SSIM':>7}")
     t0 = time.perf_counter()
-    for hr_path, lr_path in plan.pairs:
+    scored = score_pairs(plan, upscale, scale, args.channel, args.gray_as_rgb)
+    for hr_path, _ in plan.pairs:
         try:
-            hr = load_hr(hr_path)
-            if lr_path is None:
-                p, s, sr = score_image(hr, upscale, scale, args.channel, args.gray_as_rgb)
-            else:
-                p, s, sr = score_lr(hr, load_hr(lr_path), upscale, scale, args.channel, args.gray_as_rgb)
+            _, hr, p, s, sr = next(scored)
         except (OSError, ValueError) as e:
             raise CLIError(f"{hr_path}: {e}") from None
         except RuntimeError as e:  # out of device memory, mostly

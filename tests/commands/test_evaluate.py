@@ -13,8 +13,7 @@ import pytest
 from PIL import Image
 from skimage import data
 
-from sr.cli import CLIError, main
-from sr.commands.evaluate import lr_key, match_lr, set_names
+from sr.cli import main
 from sr.evaluation import evaluate_folder, make_lr, model_upscaler, score_image
 from sr.models import build_model
 from sr.resize import modcrop
@@ -195,24 +194,6 @@ def test_lr_folder_pairs_by_stem(capsys: pytest.CaptureFixture, sets: dict[str, 
     assert code == 2 and "cam.png: no LR image" in err
     code, _, err = _eval(capsys, *common, "--lr", str(lr_dir), str(lr_dir))
     assert code == 2 and "one --lr folder per --hr folder" in err
-
-
-def test_lr_name_matching() -> None:
-    assert lr_key("baby_LRBI_x2") == "baby"
-    assert lr_key("0801x4") == "0801"
-    assert lr_key("img_001_SRF_2_LR") == "img_001"
-    assert lr_key("baby_LR") == "baby"
-    assert lr_key("baby") == "baby"
-    hr = [Path("box2.png"), Path("baby_HR.png")]
-    lr = [Path("l/baby_LR.png"), Path("l/box2x2.png"), Path("l/box.png")]
-    assert match_lr(hr, lr) == [Path("l/box2x2.png"), Path("l/baby_LR.png")]
-    with pytest.raises(CLIError, match="several LR images"):
-        match_lr([Path("a.png")], [Path("l/a_x2.png"), Path("l/a_x3.png")])
-
-
-def test_set_names_are_unique_and_descriptive(tmp_path: Path) -> None:
-    dirs = [tmp_path / "x" / "Set5", tmp_path / "Set14" / "HR", tmp_path / "y" / "Set5"]
-    assert set_names(dirs) == ["Set5", "Set14", "Set5-2"]
 
 
 def test_gray_as_rgb_changes_gray_scores(capsys: pytest.CaptureFixture, sets: dict[str, Path]) -> None:

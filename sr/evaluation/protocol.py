@@ -12,11 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 
-from .io import listed_suffixes
-from .metrics import psnr, rgb_to_y, ssim
-from .resize import imresize, modcrop
+from ..io import listed_suffixes, read_array
+from ..metrics import psnr, rgb_to_y, ssim
+from ..resize import imresize, modcrop
 
 # Folder names that say nothing about the set (benchmark/Set5/HR): the parent names the set instead.
 GENERIC_DIR_NAMES = {"hr", "gt", "gtmod12", "original", "originals", "images", "image", "test", "val"}
@@ -47,19 +46,11 @@ def list_images(folder: str | Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix.lower() in suffixes)
 
 
-def load_hr(path: Path) -> np.ndarray:
-    """HR image as uint8 (H, W) for gray files or (H, W, 3) for colour (alpha dropped).
-
-    16-bit gray files are scaled to 8 bits (PIL's own conversion would clip them at 255).
-    """
-    with Image.open(path) as im:
-        if im.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
-            a = np.asarray(im).astype(np.float64)
-            if im.mode != "I" or a.max() > 255:
-                a = a / 257.0  # 65535 -> 255
-            return np.clip(np.round(a), 0, 255).astype(np.uint8)
-        im = im.convert("L") if im.mode in ("L", "LA", "1") else im.convert("RGB")
-        return np.array(im)
+def load_hr(path: str | Path) -> np.ndarray:
+    """HR (or LR) image as uint8 (H, W) for gray files or (H, W, 3) for colour (alpha dropped),
+    decoded as training and inference decode it (:func:`sr.io.read_array`: 16-bit scaled, EXIF
+    orientation applied)."""
+    return read_array(path)
 
 
 def make_lr(hr: np.ndarray, scale: int) -> np.ndarray:
@@ -157,7 +148,7 @@ def model_upscaler(
 
     ``tta``: the geometric self-ensemble (:mod:`sr.inference.ensemble`), the "+" rows of SR papers.
     """
-    from .inference.ensemble import self_ensemble
+    from ..inference.ensemble import self_ensemble
 
     @torch.inference_mode()
     def run(lr: np.ndarray) -> np.ndarray:
