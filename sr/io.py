@@ -303,6 +303,18 @@ def read_image(
         return _decode(data, path, max_pixels)
 
 
+def read_array(path: str | Path, rgb: bool = False) -> np.ndarray:
+    """A file as uint8 pixels, decoded by :func:`read_image` (16-bit samples scaled, not clipped; EXIF
+    orientation applied; alpha dropped): (H, W) for gray sources and (H, W, 3) for colour, or always
+    (H, W, 3) with ``rgb``. The one decode of training, evaluation and inference for local files,
+    so all three see the same pixels (no pixel limit of ours: the caller chose the file)."""
+    px = read_image(path, max_pixels=None).pixels
+    if rgb and px.shape[2] == 1:
+        px = np.repeat(px, 3, axis=2)
+    out = np.clip(np.round(px * np.float32(255)), 0, 255).astype(np.uint8)
+    return out if out.shape[2] == 3 else out[:, :, 0]
+
+
 def read_size(
     source: str | Path | bytes | BinaryIO, max_pixels: int | None = DEFAULT_MAX_PIXELS
 ) -> tuple[int, int]:

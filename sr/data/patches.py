@@ -1,9 +1,12 @@
 """HR/LR pairs with a disk cache, and a sampler whose randomness is a pure function of the step.
 
-LR images are made once per image and scale with the project's MATLAB-compatible bicubic and kept
-in memory (and in an ``.npy`` cache on disk keyed by path, size, mtime and scale). Each batch's crops
-and augmentations are drawn from ``default_rng([seed, rank, step])``, so resuming at step N replays
-exactly the batches a run that never stopped would have seen, with any number of loader workers.
+HR images are decoded by :func:`sr.io.read_array`, as evaluation and inference decode them. LR
+images are made once per image and scale with the project's MATLAB-compatible bicubic and kept in
+memory (and in an ``.npy`` cache on disk keyed by path, size, mtime and scale, plus the decoder's
+version for the few images whose pixels a decoder change moved).
+Each batch's crops and augmentations are drawn from ``default_rng([seed, rank, step])``, so resuming
+at step N replays exactly the batches a run that never stopped would have seen, with any number of
+loader workers.
 """
 
 from __future__ import annotations
@@ -16,9 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 
-from ..io import atomic_write, listed_suffixes
+from ..io import atomic_write, listed_suffixes, read_array
 from ..resize import imresize, modcrop
 
 log = logging.getLogger(__name__)
@@ -37,9 +39,32 @@ def find_images(folders: Sequence[str | Path]) -> list[Path]:
     return paths
 
 
-def _cache_key(path: Path, tag: str) -> str:
+# Part of the cache key of images whose pixels the decoder changed: bump it when decoding changes
+# what an image file yields. Version 2 decodes through sr.io (16-bit samples scaled, not clipped;
+# EXIF orientation applied); version 1 was Image.open().convert("RGB").
+DECODE_VERSION = 2
+
+
+def _cache_key(path: Path, tag: str, decode: int = 1) -> str:
     st = path.stat()
-    return hashlib.sha1(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{tag}".encode()).hexdigest()[:20]
+    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{tag}"
+    if decode != 1:  # version 1 keys are the keys written before versions existed
+        ident += f"|decode{decode}"
+    return hashlib.sha1(ident.encode()).hexdigest()[:20]
+
+
+def _decode_version(path: Path, full: np.ndarray) -> int:
+    """1 where version 1's decode gave exactly these pixels (plain 8-bit images, nearly all: their
+    cached LR stays valid and is reused, not recomputed), else :data:`DECODE_VERSION`, so no entry
+    made from other pixels is read. Costs one more decode per image and start (~20 ms a megapixel)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            old = np.asarray(im.convert("RGB"))
+    except (OSError, ValueError):
+        return DECODE_VERSION
+    return 1 if old.shape == full.shape and np.array_equal(old, full) else DECODE_VERSION
 
 
 def _cached(cache: Path | None, key: str, make: Callable[[], np.ndarray]) -> np.ndarray:
@@ -87,18 +112,19 @@ def build_pairs(
     if cache:
         cache.mkdir(parents=True, exist_ok=True)
     for path in find_images(folders):
-        with Image.open(path) as im:
-            full = np.asarray(im.convert("RGB"))
+        full = read_array(path, rgb=True)  # gray sources replicated: the network is RGB
+        version = _decode_version(path, full) if cache else DECODE_VERSION
         for f in (1.0, *factors):
             if f == 1.0:
                 hr, tag = modcrop(full, scale), f"x{scale}"  # the plain copy keeps its pre-rescale key
             else:
-                hr = modcrop(_cached(cache, _cache_key(path, f"r{f:g}"), partial(imresize, full, f)), scale)
+                key = _cache_key(path, f"r{f:g}", version)
+                hr = modcrop(_cached(cache, key, partial(imresize, full, f)), scale)
                 tag = f"x{scale}r{f:g}"
             if min(hr.shape[:2]) < lr_patch * scale:
                 skipped += 1
                 continue
-            lr = _cached(cache, _cache_key(path, tag), partial(imresize, hr, 1 / scale))
+            lr = _cached(cache, _cache_key(path, tag, version), partial(imresize, hr, 1 / scale))
             pairs.append((np.ascontiguousarray(hr), np.ascontiguousarray(lr)))
     if not pairs:
         raise ValueError(f"every training image is smaller than the HR patch ({lr_patch * scale} px)")

@@ -143,3 +143,55 @@ def test_sampler_is_a_pure_function_of_step_and_rank():
     # Bigger images are sampled more often (by area).
     counts = np.bincount([s[0] for step in range(500) for s in a.batch_specs(step)], minlength=2)
     assert counts[1] > 3 * counts[0]
+
+
+def test_training_decodes_as_evaluation_and_inference_do(tmp_path):
+    """16-bit samples are scaled (Image.open().convert("RGB") clipped them at 255) and EXIF orientation
+    is applied (it was ignored): the training HR is sr.io's decode, the one evaluation and the engine use."""
+    from sr.evaluation import load_hr
+    from sr.io import read_array, read_image
+
+    hr_dir = tmp_path / "hr"
+    hr_dir.mkdir()
+    rng = np.random.default_rng(0)
+    deep = rng.integers(0, 65536, (32, 40), dtype=np.uint16)  # 16-bit gray PNG
+    Image.fromarray(deep).save(hr_dir / "deep.png")
+    photo = rng.integers(0, 256, (24, 40, 3), dtype=np.uint8)  # stored landscape, shown portrait
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    Image.fromarray(photo).save(hr_dir / "turned.jpg", exif=exif.tobytes(), quality=95)
+
+    pairs, _ = build_pairs([hr_dir], scale=2, lr_patch=4, cache_dir=tmp_path / "cache")
+    by_shape = {hr.shape: hr for hr, _ in pairs}
+    for name in ("deep.png", "turned.jpg"):
+        decoded = read_image(hr_dir / name).pixels  # float in [0, 1], as the engine gets it
+        expected = np.clip(np.round(decoded * 255), 0, 255).astype(np.uint8)
+        expected = np.repeat(expected, 3, axis=2) if expected.shape[2] == 1 else expected
+        got = by_shape[expected.shape]
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(got, read_array(hr_dir / name, rgb=True))
+        gray_or_rgb = load_hr(hr_dir / name)  # evaluation: the same pixels (gray kept as gray)
+        np.testing.assert_array_equal(got, gray_or_rgb if gray_or_rgb.ndim == 3 else expected)
+        assert gray_or_rgb.ndim == 3 or np.array_equal(gray_or_rgb, expected[:, :, 0])
+    assert by_shape[(40, 24, 3)].shape == (40, 24, 3)  # portrait, as displayed
+    deep_hr = by_shape[(32, 40, 3)]
+    assert int(deep_hr.max()) > 200 and len(np.unique(deep_hr)) > 200  # scaled, not clipped at 255
+
+
+def test_cache_entries_of_the_old_decode_are_reused_only_where_its_pixels_were_the_same(tmp_path):
+    from sr.data.patches import DECODE_VERSION, _cache_key
+
+    hr_dir, cache = tmp_path / "hr", tmp_path / "cache"
+    hr_dir.mkdir()
+    _save(hr_dir, "plain.png", (32, 32))  # 8-bit RGB: both decoders agree
+    deep = np.random.default_rng(1).integers(0, 65536, (32, 32), dtype=np.uint16)
+    Image.fromarray(deep).save(hr_dir / "deep.png")  # 16-bit: the old decode clipped it
+    # entries as the old loader keyed them (no version), poisoned: read back only where still valid
+    cache.mkdir()
+    for name in ("plain.png", "deep.png"):
+        np.save(cache / f"{_cache_key(hr_dir / name, 'x2')}.npy", np.full((16, 16, 3), 7, np.uint8))
+    pairs, _ = build_pairs([hr_dir], 2, 4, cache)
+    by_max = sorted(pairs, key=lambda p: int(p[1].max()))
+    assert int(by_max[0][1].max()) == 7  # plain.png: the old entry reused (no recomputation)
+    assert int(by_max[1][1].max()) > 7  # deep.png: its old (clipped) entry is not read
+    assert (cache / f"{_cache_key(hr_dir / 'deep.png', 'x2', DECODE_VERSION)}.npy").is_file()
