@@ -1,12 +1,13 @@
 """``sr bench train``: training-step time per preset and per attention kind.
 
-One step is what the trainer does per batch, minus data loading: forward (collecting the budget
-loss), L1 + 0.01 * budget loss, backward, gradient clipping, AdamW step. Inputs are a fixed random
-batch (LR patches and their HR targets). The configurations run interleaved, one step each in turn,
-so that load from other processes hits all of them alike; the reported step time is the median over
-``--steps`` steps after ``--warmup`` untimed ones. ``x none`` is the step time relative to the same
-preset with attention ``none`` (the conv-only network) in the same memory layout, which every preset
-is also run with. The trainer runs channels-last; ``--layouts channels-last,contiguous`` times both.
+One step is the trainer's own :meth:`~sr.train.loop.Trainer.train_step`, minus data loading: forward
+(collecting the budget loss), L1 + 0.01 * budget loss, backward, gradient clipping, AdamW step, EMA
+update. Inputs are a fixed random batch (LR patches and their HR targets). The configurations run
+interleaved, one step each in turn, so that load from other processes hits all of them alike; the
+reported step time is the median over ``--steps`` steps after ``--warmup`` untimed ones. ``x none``
+is the step time relative to the same preset with attention ``none`` (the conv-only network) in the
+same memory layout, which every preset is also run with. The trainer runs channels-last;
+``--layouts channels-last,contiguous`` times both.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..cli import CLIError
-from ..models import DEFAULT_PRESET, PRESETS, build_model, count_params
+from ..errors import CLIError
+from ..models import DEFAULT_PRESET, PRESETS, count_params
 from ..models.attention import ATTENTION_KINDS
+from ..train.config import TrainConfig
+from ..train.loop import Trainer
 from .attention import Clock, add_timing_arguments, pick_device, run_config, set_threads, write_json
 
-BUDGET_WEIGHT = 0.01  # the trainer's default budget_weight
+BUDGET_WEIGHT = TrainConfig.budget_weight  # the trainer's default
 TARGET_RATIO = 1.5  # the default preset's step may cost at most this much more than without attention
 LAYOUTS = {"channels-last": torch.channels_last, "contiguous": torch.contiguous_format}
 
@@ -74,28 +77,21 @@ def configurations(presets: list[str], kinds: list[str]) -> list[tuple[str, str]
 
 
 class Step:
-    """One model + optimiser doing the trainer's step on a fixed batch."""
+    """A trainer (model, EMA, optimiser) doing its own training step on a fixed batch."""
 
     def __init__(
         self, preset: str, kind: str, layout: str, args: argparse.Namespace, device: torch.device
     ) -> None:
-        torch.manual_seed(args.seed)
         self.layout = LAYOUTS[layout]
-        self.model = build_model(f"{preset}-x{args.scale}", attention=kind)
-        self.model = self.model.to(device, memory_format=self.layout).train()
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.99))
-        self.autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp)
+        cfg = TrainConfig(preset=preset, scale=args.scale, attention=kind, lr=1e-4, loss="l1",
+                          budget_weight=BUDGET_WEIGHT, grad_clip=1.0, amp="bf16" if args.amp else "off",
+                          seed=args.seed)
+        self.trainer = Trainer.for_steps(cfg, device, memory_format=self.layout)
+        self.model = self.trainer.model.train()
 
     def __call__(self, lr: torch.Tensor, hr: torch.Tensor) -> float:
-        aux: dict = {}
-        with torch.autocast(**self.autocast):
-            out = self.model(lr.contiguous(memory_format=self.layout), aux)
-        loss = F.l1_loss(out.float(), hr) + BUDGET_WEIGHT * aux.get("budget_loss", 0.0)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.opt.step()
-        return loss.detach().item()
+        pixel, _ = self.trainer.train_step(lr.contiguous(memory_format=self.layout), hr)
+        return pixel.item()  # a host read per step, as a timed step must end with its work done
 
 
 def _names(text: str, known, what: str) -> list[str]:

@@ -7,8 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..cli import CLIError
-from ..train.config import AMP_CHOICES, FIELDS, LOSS_CHOICES, load_config
+from ..errors import CLIError
+from ..train.config import AMP_CHOICES, FIELDS, INIT_LAYER_CHOICES, LOSS_CHOICES, load_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,8 +18,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for name, f in FIELDS.items():
         flag = "--" + name.replace("_", "-")
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
-        if name in ("train", "val"):
-            p.add_argument(flag, nargs="*", default=None, help=f"folders (default: {default}; empty = none)")
+        if name == "train":
+            p.add_argument(flag, nargs="*", default=None, metavar="DIR",
+                           help="folders of HR training images, searched recursively (required, here or "
+                                "as train = [...] in --config)")
+        elif name == "val":
+            p.add_argument(flag, nargs="*", default=None, metavar="DIR",
+                           help="folders of HR validation images, one set each (default: none = no "
+                                "validation and no best.pt)")
         elif name == "rescale":
             p.add_argument(flag, nargs="*", type=float, default=None, metavar="FACTOR",
                            help="also train on each HR image downscaled by these factors in (0, 1), "
@@ -33,6 +39,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            help="bf16 autocast; auto = on CUDA and AMX CPUs, else fp32 (default: auto)")
         elif name == "loss":
             p.add_argument(flag, choices=LOSS_CHOICES, default=None, help=f"pixel loss (default: {default})")
+        elif name == "init_layers":
+            p.add_argument(flag, choices=INIT_LAYER_CHOICES, default=None,
+                           help="what --init copies: all matching layers, or conv layers only, the "
+                                "attention blocks starting fresh (an ablation's common start; default: all)")
+        elif name == "cpu_hours":
+            p.add_argument(flag, type=float, default=None, metavar="HOURS",
+                           help="stop (checkpoint, validate) once the training steps have used this much "
+                                "CPU time in all, over every --resume: equal compute for runs that share a "
+                                "machine (default: 0 = no limit)")
         elif name == "best_on":
             p.add_argument(flag, metavar="SET", default=None,
                            help="best.pt = highest validation PSNR: 'mean' over the --val sets or one "

@@ -19,8 +19,10 @@ class TrainConfig:
     preset: str = "asa-base"
     scale: int = 2
     attention: str | None = None  # override the preset's attention (ablations)
-    train: list[str] = field(default_factory=lambda: ["../shared/datasets/train"])
-    val: list[str] = field(default_factory=lambda: ["../shared/datasets/benchmark/Set5"])
+    # Folders of HR images. No default: a path that only exists in one checkout's surroundings is no
+    # default; the trainer says --train is missing. ``val`` may stay empty (no validation, no best.pt).
+    train: list[str] = field(default_factory=list)
+    val: list[str] = field(default_factory=list)
     patch: int = 48  # LR patch side
     rescale: list[float] = field(default_factory=list)  # extra HR copies downscaled by these factors
     rgb_perm: float = 0.0  # share of crops whose RGB channels are reordered (colour augmentation)
@@ -39,6 +41,7 @@ class TrainConfig:
     best_on: str = "mean"  # best.pt ranks validations by PSNR: "mean" over the --val sets, or one set's name
     ckpt_every: int = 250
     time_limit: float = 0.0  # wall-clock minutes per start or --resume, then checkpoint and stop; 0 = none
+    cpu_hours: float = 0.0  # stop once the training steps used this much CPU time, all resumes; 0 = none
     log_every: int = 25
     seed: int = 0
     workers: int = 0
@@ -48,6 +51,7 @@ class TrainConfig:
     out: str = "runs"
     cache: str = "runs/cache"
     init: str | None = None  # weights/checkpoint to start from (e.g. x2 weights for x3/x4)
+    init_layers: str = "all"  # what --init copies: all | conv (attention blocks start fresh: ablations)
 
     @property
     def run_dir(self) -> Path:
@@ -59,6 +63,7 @@ class TrainConfig:
 
 AMP_CHOICES = ("auto", "bf16", "off")
 LOSS_CHOICES = ("l1", "mse")
+INIT_LAYER_CHOICES = ("all", "conv")
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 

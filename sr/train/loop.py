@@ -28,7 +28,7 @@ from ..inference.devices import cpu_has_amx, resolve_device, usable_cpus
 from ..io import atomic_write
 from ..models import SRNet, build_config, count_params
 from ..weights import WeightsError, read_metadata
-from .config import AMP_CHOICES, LOSS_CHOICES, TrainConfig
+from .config import AMP_CHOICES, INIT_LAYER_CHOICES, LOSS_CHOICES, TrainConfig
 
 PIXEL_LOSSES = {"l1": F.l1_loss, "mse": F.mse_loss}  # keyed as LOSS_CHOICES (the flag's choices)
 
@@ -44,13 +44,21 @@ def use_bf16_autocast(amp: str, device: torch.device) -> bool:
     return device.type == "cuda" or (device.type == "cpu" and cpu_has_amx())
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up then cosine to ``min_lr`` at ``steps``, both counted from ``cycle_start``."""
+def lr_at(step: int, cfg: TrainConfig, cpu_seconds: float = 0.0) -> float:
+    """Linear warm-up then cosine to ``min_lr`` at ``steps``, both counted from ``cycle_start``.
+
+    With a CPU budget (``cpu_hours``) the cosine runs over CPU time instead: its position is the
+    share of the budget spent, so runs of an equal-compute comparison all anneal fully, whatever
+    their step costs (``steps`` is then only an upper bound).
+    """
     step = max(0, step - cfg.cycle_start)
     span = cfg.steps - cfg.cycle_start
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
-    t = min(1.0, (step - cfg.warmup) / max(1, span - cfg.warmup))
+    if cfg.cpu_hours > 0:
+        t = min(1.0, cpu_seconds / (cfg.cpu_hours * 3600))
+    else:
+        t = min(1.0, (step - cfg.warmup) / max(1, span - cfg.warmup))
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * t))
 
 
@@ -58,12 +66,56 @@ def atomic_save(obj, path: Path) -> None:
     atomic_write(path, lambda f: torch.save(obj, f))
 
 
-def load_init(model: SRNet, path: str) -> list[str]:
+def _body_layout(keys) -> dict[int, bool]:
+    """Body index -> whether that layer is an attention block, read from state-dict keys."""
+    layout: dict[int, bool] = {}
+    for key in keys:
+        parts = key.split(".")
+        if len(parts) > 2 and parts[0] == "body" and parts[1].isdigit():
+            i = int(parts[1])
+            layout[i] = layout.get(i, False) or parts[2] == "qkv"  # every attention branch has a qkv conv
+    return layout
+
+
+def _align_body(state: dict, model: SRNet, attention: bool) -> dict:
+    """Rename the checkpoint's body layers to the model's by their order among layers of their kind.
+
+    The body interleaves residual blocks and attention blocks, so a network of another attention
+    kind (``none`` has no attention layers) numbers the same residual blocks differently: the n-th
+    residual block goes to the n-th residual block, the n-th attention block to the n-th attention
+    block (or is dropped when ``attention`` is False).
+    """
+    theirs = _body_layout(state)
+    ours = {i: hasattr(layer, "attend") for i, layer in enumerate(model.body)}
+    rename: dict[int, int | None] = {}
+    for is_attn in (False, True):
+        src = sorted(i for i, a in theirs.items() if a == is_attn)
+        dst = sorted(i for i, a in ours.items() if a == is_attn)
+        for n, i in enumerate(src):
+            rename[i] = dst[n] if n < len(dst) and (attention or not is_attn) else None
+    out = {}
+    for key, value in state.items():
+        parts = key.split(".")
+        if len(parts) > 2 and parts[0] == "body" and parts[1].isdigit():
+            target = rename[int(parts[1])]
+            if target is None:
+                continue
+            key = ".".join(["body", str(target), *parts[2:]])
+        out[key] = value
+    return out
+
+
+def load_init(model: SRNet, path: str, layers: str = "all") -> list[str]:
     """Copy every tensor whose name and shape match (e.g. x2 weights into an x3 model).
 
-    Body layers the checkpoint lacks entirely (a deeper preset grown from a shallower one) start as
-    identity, their residual output zeroed, so the grown network computes what the loaded one did.
+    Body layers are matched by their order among residual blocks and among attention blocks
+    (:func:`_align_body`), so conv weights carry over between attention kinds too. ``layers="conv"``
+    leaves every attention block fresh (the common start of an ablation). Body layers the checkpoint
+    lacks entirely (a deeper preset grown from a shallower one) start as identity, their residual
+    output zeroed, so the grown network computes what the loaded one did.
     """
+    if layers not in INIT_LAYER_CHOICES:
+        raise ValueError(f"--init-layers {layers!r} is not one of: {', '.join(INIT_LAYER_CHOICES)}")
     if path.endswith(".safetensors"):
         from safetensors.torch import load_file
 
@@ -71,6 +123,7 @@ def load_init(model: SRNet, path: str) -> list[str]:
     else:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         state = ckpt.get("ema", ckpt.get("model", ckpt))
+    state = _align_body(state, model, attention=layers == "all")
     own = model.state_dict()
     taken = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
     if not taken:
@@ -79,12 +132,14 @@ def load_init(model: SRNet, path: str) -> list[str]:
     model.load_state_dict(own)
     fresh = set(own) - set(taken)
     for i, layer in enumerate(model.body):
-        if all(f"body.{i}.{k}" in fresh for k in layer.state_dict()):
+        grown = all(f"body.{i}.{k}" in fresh for k in layer.state_dict())
+        # a fresh attention block of a conv-only start keeps its own near-zero init, like any new branch
+        if grown and not (layers == "conv" and hasattr(layer, "attend")):
             layer.start_as_identity()
     return sorted(fresh)
 
 
-def init_lineage(path: str, model: SRNet) -> dict:
+def init_lineage(path: str, model: SRNet, layers: str = "all") -> dict:
     """What an ``--init`` file had been trained for already.
 
     Our own exported weights of exactly this network (their metadata's architecture config) mean
@@ -98,7 +153,8 @@ def init_lineage(path: str, model: SRNet) -> dict:
     try:
         meta = read_metadata(path)
         lineage.update(steps=int(meta["steps"]), seconds=float(meta.get("train_seconds", 0.0)))
-        lineage["continues"] = json.loads(meta["config"]) == model.cfg.to_dict()
+        # a conv-only start drops the file's attention: not a continuation even of the same network
+        lineage["continues"] = layers == "all" and json.loads(meta["config"]) == model.cfg.to_dict()
     except (WeightsError, KeyError, ValueError):  # weights without our training metadata
         pass
     return lineage
@@ -166,7 +222,6 @@ class Trainer:
                 f"--best-on {cfg.best_on!r} names no --val set; use mean or one of: {', '.join(val_names)}"
             )
         self.cfg = cfg
-        self.pixel_loss = PIXEL_LOSSES[cfg.loss]
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.device = resolve_device(cfg.device)
@@ -192,21 +247,11 @@ class Trainer:
         self.hardware = training_hardware(self.device, self.world)  # sr export records it
         self.run_dir = cfg.run_dir
         self.stop_requested = False
-
-        overrides = {"attention": cfg.attention} if cfg.attention else {}
-        # Channels-last on every device: oneDNN's and cuDNN's native conv layout (on the AMX CPU, bf16:
-        # 1.25x the steps/s alone, 1.56x with the written-out soft attention; `sr bench train --layouts`).
-        self.model = SRNet(build_config(cfg.preset, cfg.scale, **overrides)).to(
-            self.device, memory_format=torch.channels_last
-        )
-        self.ema = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.opt = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay
-        )
-        self.step = 0
+        self._build(bf16)
         self.best: dict = {}
         self.last_val: dict = {}  # latest validation {"step", "results"}: an export of last.pt cites it
         self.elapsed = 0.0  # training seconds over all sessions (for the model card)
+        self.cpu_elapsed = 0.0  # CPU seconds of the training steps over all sessions (--cpu-hours)
         self.lineage: dict = {}  # the --init weights' own training (init_lineage)
         if resume:
             self._load(self.run_dir / "last.pt")
@@ -217,18 +262,68 @@ class Trainer:
                 "or choose another --name/--out"
             )
         elif cfg.init:
-            missing = load_init(self.model, cfg.init)
+            missing = load_init(self.model, cfg.init, cfg.init_layers)
             self.ema.load_state_dict(self.model.state_dict())
-            self.lineage = init_lineage(cfg.init, self.model)
+            self.lineage = init_lineage(cfg.init, self.model, cfg.init_layers)
             self.log_line(
                 {"event": "init", "from": cfg.init, "fresh_tensors": missing, "lineage": self.lineage}
             )
-        self.net = self.model
         if self.world > 1:
             self.net = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
+
+    @classmethod
+    def for_steps(
+        cls, cfg: TrainConfig, device: torch.device, memory_format: torch.memory_format = torch.channels_last
+    ) -> Trainer:
+        """A trainer for :meth:`train_step` alone (``sr bench train``): model, EMA and optimiser on
+        ``device``, seeded from ``cfg``; no data, run folder, DDP, thread or cuDNN settings."""
+        trainer = cls.__new__(cls)
+        trainer.cfg, trainer.device = cfg, torch.device(device)
+        torch.manual_seed(cfg.seed)
+        trainer._build(use_bf16_autocast(cfg.amp, trainer.device), memory_format)
+        return trainer
+
+    def _build(self, bf16: bool, memory_format: torch.memory_format = torch.channels_last) -> None:
+        """What :meth:`train_step` uses: loss, model, EMA, optimiser, autocast (all on ``self.device``)."""
+        cfg = self.cfg
+        self.pixel_loss = PIXEL_LOSSES[cfg.loss]
+        overrides = {"attention": cfg.attention} if cfg.attention else {}
+        # Channels-last on every device: oneDNN's and cuDNN's native conv layout (on the AMX CPU, bf16:
+        # 1.25x the steps/s alone, 1.56x with the written-out soft attention; `sr bench train --layouts`).
+        self.model = SRNet(build_config(cfg.preset, cfg.scale, **overrides)).to(
+            self.device, memory_format=memory_format
+        )
+        self.ema = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay
+        )
+        self.net = self.model  # what the forward runs: the model, or its DDP wrapper
         self.autocast = dict(device_type=self.device.type, dtype=torch.bfloat16, enabled=bf16)
+        self.step = 0
+
+    def train_step(self, lr: torch.Tensor, hr: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """One optimiser step on a batch on the device: forward (collecting the budget loss), pixel
+        + ``budget_weight`` x budget loss, backward, clipping, AdamW, EMA; ``step`` counts it.
+
+        Returns the pixel loss (detached, still on the device: reading it makes the host wait for
+        the GPU) and the forward's aux dict (budget maps). The learning rate is the caller's to set.
+        """
+        cfg = self.cfg
+        aux: dict = {}
+        with torch.autocast(**self.autocast):
+            out = self.net(lr, aux)
+        pixel = self.pixel_loss(out.float(), hr)
+        loss = pixel + cfg.budget_weight * aux.get("budget_loss", 0.0)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.opt.step()
+        self.step += 1
+        ema_update(self.ema, self.model, min(cfg.ema_decay, (1 + self.step) / (10 + self.step)))
+        return pixel.detach(), aux
 
     # -- bookkeeping -------------------------------------------------------------------------
     def log_line(self, record: dict) -> None:
@@ -248,6 +343,7 @@ class Trainer:
             "best": self.best,
             "last_val": self.last_val,
             "elapsed": self.elapsed,
+            "cpu_elapsed": self.cpu_elapsed,
             "lineage": self.lineage,
             "hardware": self.hardware,
             "torch_rng": torch.get_rng_state(),
@@ -268,6 +364,7 @@ class Trainer:
         self.ema.load_state_dict(ckpt["ema"])
         self.opt.load_state_dict(ckpt["opt"])
         self.step, self.best, self.elapsed = ckpt["step"], ckpt["best"], ckpt.get("elapsed", 0.0)
+        self.cpu_elapsed = ckpt.get("cpu_elapsed", 0.0)
         self.last_val = ckpt.get("last_val", {})
         self.lineage = ckpt.get("lineage", {})
         torch.set_rng_state(ckpt["torch_rng"])
@@ -279,6 +376,16 @@ class Trainer:
     def fit(self, stop_at: int | None = None) -> dict:
         """Train to ``cfg.steps`` (or pause at ``stop_at``, as an interrupted run would)."""
         cfg = self.cfg
+        if self._cpu_budget_spent():
+            if self.is_main:
+                print(f"the CPU budget of {cfg.cpu_hours:g} h is spent ({self.cpu_elapsed / 3600:.3f} h at "
+                      f"step {self.step}); raise --cpu-hours to train on", file=sys.stderr)
+            return self.best
+        if not cfg.train:  # TrainConfig has no default: no folder outside the checkout is assumed
+            raise ValueError(
+                "no training data: give --train DIR [DIR ...] (folders of HR images; "
+                "or train = [...] in the --config file)"
+            )
         pairs, skipped = build_pairs(cfg.train, cfg.scale, cfg.patch, cfg.cache, cfg.rescale)
         dataset = PatchDataset(pairs, cfg.scale, cfg.patch)
         sampler = PatchSampler(
@@ -306,25 +413,17 @@ class Trainer:
         t_last, loss_sum, budget_sum, n = time.time(), zero.clone(), zero.clone(), 0
         deadline = time.time() + cfg.time_limit * 60 if cfg.time_limit > 0 else None
         timed_out = False
+        cpu_last = time.process_time()
         try:
             for lr_img, hr_img in loader:
-                lr_now = lr_at(self.step, cfg)
+                lr_now = lr_at(self.step, cfg, self.cpu_elapsed)
                 for g in self.opt.param_groups:
                     g["lr"] = lr_now
                 lr_img, hr_img = lr_img.to(self.device, non_blocking=True), hr_img.to(self.device)
-                aux: dict = {}
-                with torch.autocast(**self.autocast):
-                    out = self.net(lr_img, aux)
-                pixel = self.pixel_loss(out.float(), hr_img)
-                loss = pixel + cfg.budget_weight * aux.get("budget_loss", 0.0)
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-                self.opt.step()
-                self.step += 1
-                ema_update(self.ema, self.model, min(cfg.ema_decay, (1 + self.step) / (10 + self.step)))
-                loss_sum += pixel.detach()
+                pixel, aux = self.train_step(lr_img, hr_img)
+                cpu_now = time.process_time()  # the process's CPU time: all threads, data loading included
+                self.cpu_elapsed, cpu_last = self.cpu_elapsed + cpu_now - cpu_last, cpu_now
+                loss_sum += pixel
                 maps = aux.get("budget_maps")
                 if maps:
                     budget_sum += torch.stack([m.detach().float().mean() for m in maps]).mean()
@@ -337,13 +436,14 @@ class Trainer:
                     rec = {
                         "step": self.step, "loss": loss_mean, "lr": lr_now, "budget_mean": budget_mean,
                         "it_s": n / (now - t_last), "seconds": round(self.elapsed, 1),
+                        "cpu_seconds": round(self.cpu_elapsed, 1),
                     }
                     bar.set_postfix(loss=f"{rec['loss']:.4f}", it_s=f"{rec['it_s']:.2f}")
                     self.log_line(rec)
                     t_last, loss_sum, budget_sum, n = now, zero.clone(), zero.clone(), 0
                 if self.step % cfg.val_every == 0 or self.step == cfg.steps:
                     self._validate()
-                    t_last = time.time()  # validation time is not training time
+                    t_last, cpu_last = time.time(), time.process_time()  # validation is not training
                 if self.step % cfg.ckpt_every == 0:
                     self.save()
                 timed_out = self._agree_to_stop(deadline)
@@ -365,19 +465,26 @@ class Trainer:
             if self.world > 1:
                 dist.destroy_process_group()
         if (self.stop_requested or timed_out) and self.is_main:
-            why = f"time limit of {cfg.time_limit:g} min reached: " if timed_out else ""
+            why = ""
+            if timed_out:
+                why = (f"CPU budget of {cfg.cpu_hours:g} h reached: " if self._cpu_budget_spent()
+                       else f"time limit of {cfg.time_limit:g} min reached: ")
             where = self.run_dir / "last.pt"
             print(f"{why}stopped at step {self.step}; checkpoint in {where}", file=sys.stderr)
         return self.best
 
+    def _cpu_budget_spent(self) -> bool:
+        return self.cfg.cpu_hours > 0 and self.cpu_elapsed >= self.cfg.cpu_hours * 3600
+
     def _agree_to_stop(self, deadline: float | None) -> bool:
-        """Whether the time limit has passed; also settles ``stop_requested`` across DDP ranks.
+        """Whether the time limit has passed or the CPU budget is spent; also settles
+        ``stop_requested`` across DDP ranks.
 
         Ranks see the clock and signals at different steps; one leaving the loop alone would leave
         the others waiting in the next gradient all-reduce, so under DDP a stop on any rank is a stop
         on all (one tiny all-reduce per step, beside the gradients' own).
         """
-        timed_out = deadline is not None and time.time() >= deadline
+        timed_out = (deadline is not None and time.time() >= deadline) or self._cpu_budget_spent()
         if self.world > 1:
             flags = torch.tensor([float(timed_out), float(self.stop_requested)], device=self.device)
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)

@@ -68,3 +68,20 @@ def test_bad_options_are_clear_errors(argv, message, capsys):
     assert rc != 0
     err = capsys.readouterr().err
     assert err.startswith("sr bench: error:") and message in err
+
+
+def test_the_bench_step_is_the_trainers_step_with_ema():
+    import argparse
+
+    import torch
+
+    from sr.bench.train import Step
+
+    args = argparse.Namespace(scale=2, amp=False, seed=0)
+    step = Step("asa-small", "none", "contiguous", args, torch.device("cpu"))
+    before = [p.clone() for p in step.trainer.ema.parameters()]
+    hr = torch.rand(2, 3, 24, 24)
+    loss = step(torch.nn.functional.avg_pool2d(hr, 2), hr)
+    assert loss > 0 and step.trainer.step == 1
+    # the EMA moved too: the trainer's step, not a re-written one without it
+    assert any(not torch.equal(a, b) for a, b in zip(before, step.trainer.ema.parameters(), strict=True))

@@ -18,8 +18,7 @@ from PIL import Image
 
 from sr.bench.serve import free_port
 from sr.cli import main as sr_main
-from sr.commands.evaluate import set_names
-from sr.evaluation import set_name
+from sr.evaluation import set_name, set_names
 from sr.models import build_model
 from sr.train.config import LOSS_CHOICES, load_config
 from sr.train.loop import PIXEL_LOSSES, Trainer, lr_at, selection_score, use_bf16_autocast
@@ -500,3 +499,69 @@ def test_cpu_threads_follow_the_usable_cpus_not_the_machine(monkeypatch):
     assert loop.cpu_threads(0, 1) == 2  # ... but this process may run on two of them
     assert loop.cpu_threads(0, 2) == 1 and loop.cpu_threads(0, 4) == 1
     assert loop.cpu_threads(3, 2) == 3  # an explicit --threads wins
+
+
+def test_cpu_budget_stops_with_checkpoint_and_a_resume_within_it_does_nothing(tmp_path, capsys):
+    trainer = Trainer(_cfg(tmp_path, steps=40, val_every=20, cpu_hours=1e-9))  # 3.6 microseconds
+    trainer.fit()
+    assert "CPU budget of 1e-09 h reached: stopped at step 1" in capsys.readouterr().err
+    ckpt = torch.load(trainer.run_dir / "last.pt", weights_only=False)
+    assert ckpt["step"] == 1 and ckpt["cpu_elapsed"] > 0
+    assert [r["step"] for r in _log(trainer.run_dir) if r.get("event") == "val"] == [1]
+    again = Trainer(_cfg(tmp_path, steps=40, val_every=20, cpu_hours=1e-9), resume=True)
+    again.fit()
+    assert again.step == 1 and "CPU budget of 1e-09 h is spent" in capsys.readouterr().err
+    more = Trainer(_cfg(tmp_path, steps=6, val_every=20, cpu_hours=1.0), resume=True)  # a larger budget
+    more.fit()
+    assert more.step == 6 and more.cpu_elapsed > ckpt["cpu_elapsed"]
+    logged = [r["cpu_seconds"] for r in _log(trainer.run_dir) if "cpu_seconds" in r]
+    assert logged == sorted(logged) and logged[-1] <= more.cpu_elapsed + 0.1
+
+
+def test_with_a_cpu_budget_the_cosine_follows_cpu_time_not_steps():
+    cfg = load_config(None, lr=1e-3, min_lr=1e-6, warmup=10, steps=1000, cpu_hours=1.0)
+    assert lr_at(5, cfg, cpu_seconds=3000.0) == pytest.approx(6e-4)  # warm-up still counts steps
+    assert lr_at(500, cfg, cpu_seconds=0.0) == pytest.approx(1e-3)
+    assert lr_at(20, cfg, cpu_seconds=1800.0) == pytest.approx((1e-3 + 1e-6) / 2, rel=1e-6)
+    assert lr_at(20, cfg, cpu_seconds=9000.0) == pytest.approx(1e-6)
+
+
+def _resblocks(model) -> list[dict]:
+    return [layer.state_dict() for layer in model.body if not hasattr(layer, "attend")]
+
+
+@pytest.mark.parametrize("kind", ["none", "window", "adaptive"])
+def test_init_carries_the_conv_layers_across_attention_kinds_by_their_order(tmp_path, kind):
+    # asa-small's body is R R R A R R R A: in a conv-only network the same residual blocks are body.0-5,
+    # so matching by name alone would have copied nothing into body.3-5 and mixed the rest
+    src = build_model("asa-small-x2")
+    for p in src.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    path = tmp_path / "src.pt"
+    torch.save({"ema": src.state_dict()}, path)
+    from sr.train.loop import load_init
+
+    dst = build_model("asa-small-x2", attention=kind)
+    fresh = load_init(dst, str(path), layers="conv")
+    for got, want in zip(_resblocks(dst), _resblocks(src), strict=True):
+        for name, tensor in want.items():
+            torch.testing.assert_close(got[name], tensor, rtol=0, atol=0)
+    for name in ("head.weight", "body_tail.weight", "upsample.weight"):
+        torch.testing.assert_close(dst.state_dict()[name], src.state_dict()[name], rtol=0, atol=0)
+    attention = [m for m in dst.body if hasattr(m, "attend")]
+    assert all(k.split(".")[1] in {str(i) for i, m in enumerate(dst.body) if hasattr(m, "attend")}
+               for k in fresh)
+    for block in attention:  # fresh and near-zero (not the source's), yet not exactly zero: all train
+        assert 0 < block.proj.weight.abs().max() < 0.05
+    if kind == "adaptive":  # layers="all" copies the attention blocks too
+        load_init(dst, str(path), layers="all")
+        torch.testing.assert_close(dst.state_dict(), src.state_dict(), rtol=0, atol=0)
+
+
+def test_a_conv_only_init_is_no_continuation_of_the_weights_lineage(tmp_path):
+    from sr.train.loop import init_lineage
+
+    model = build_model("asa-base-x4")
+    shipped = str(REPO / "weights" / "asa-base-x4.safetensors")
+    assert init_lineage(shipped, model)["continues"]
+    assert not init_lineage(shipped, model, layers="conv")["continues"]
