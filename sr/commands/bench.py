@@ -13,6 +13,8 @@ BENCHMARKS = {
     "upscale": "upscaling throughput (output MP/s) of shipped models vs bicubic",
     "paths": "inference paths side by side: tiered vs static attention, torch.compile, onnxruntime",
     "serve": "bounded load test of the HTTP service on loopback",
+    "budget": "does the attention budget follow detail; what halving it costs in PSNR and saves in time",
+    "ablation": "training runs compared at equal compute: one table of quality, cost and speed",
 }
 
 

@@ -1,0 +1,246 @@
+"""``sr bench budget``: does a trained model's budget follow detail, and what does halving it cost?
+
+For a model with adaptive attention, on a folder of HR images (LR made as ``sr eval`` makes it):
+
+- **Allocation.** Per block of ``--block`` x ``--block`` LR pixels: the budget (key regions
+  attended, the mean over the model's attention blocks) and the gradient energy of the LR luminance
+  (mean squared finite difference). Per image: the Spearman rank correlation between the two, and
+  the share of the budget that the 20% most detailed blocks hold (a uniform budget gives 20%).
+- **Halving.** PSNR (Y, border = scale, as ``sr eval``) at the model's budget, at half of it and at 0
+  (attention off), and the attention blocks' own forward time at the budget and at half of it
+  (timed by hooks on those blocks, whole images, fp32, the tiered inference path).
+- ``--figure``: LR input | budget map | gradient energy of one image, side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import CLIError
+from .attention import set_threads, write_json
+
+TOP_SHARE = 0.2  # "the 20% most detailed blocks"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True,
+                   help="shipped model name or .safetensors file, with adaptive attention")
+    p.add_argument("--hr", required=True, help="folder of HR images")
+    p.add_argument("--images", type=int, default=0,
+                   help="use the first N images, sorted by name (default: all)")
+    p.add_argument("--block", type=int, default=16, help="block side in LR pixels (default 16)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="timed passes per budget; the fastest counts (default 2)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--figure", metavar="PNG", help="write LR | budget | gradient energy of one image here")
+    p.add_argument("--figure-image", metavar="NAME",
+                   help="the image for --figure, by file stem (default: the first)")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+
+
+@dataclass
+class ImageResult:
+    name: str
+    blocks: int
+    spearman: float
+    top_share: float  # share of the budget in the TOP_SHARE most detailed blocks
+    psnr: float
+    psnr_half: float
+    psnr_off: float
+    attention_ms: float
+    attention_ms_half: float
+
+
+def gradient_energy(lr: np.ndarray) -> np.ndarray:
+    """(H, W, 3) uint8 -> (H, W) squared finite-difference gradient of the luminance in [0, 1]."""
+    from ..metrics import rgb_to_y
+
+    y = rgb_to_y(lr) / 255.0
+    gx = np.zeros_like(y)
+    gy = np.zeros_like(y)
+    gx[:, :-1] = np.diff(y, axis=1)
+    gy[:-1] = np.diff(y, axis=0)
+    return gx * gx + gy * gy
+
+
+def block_means(a: np.ndarray, block: int) -> np.ndarray:
+    """(H, W) -> (H // block * W // block,) means of the whole blocks (a ragged edge is left out)."""
+    h, w = (a.shape[0] // block) * block, (a.shape[1] // block) * block
+    return a[:h, :w].reshape(h // block, block, w // block, block).mean(axis=(1, 3)).ravel()
+
+
+def allocation(budget: np.ndarray, energy: np.ndarray, block: int) -> tuple[int, float, float]:
+    """(blocks, Spearman rank correlation, share of the budget in the most detailed TOP_SHARE)."""
+    from scipy.stats import spearmanr
+
+    b, e = block_means(budget, block), block_means(energy, block)
+    if b.size < 2:
+        raise CLIError(f"an image has fewer than 2 blocks of {block} px: use a smaller --block")
+    rho = float(spearmanr(b, e).statistic) if b.std() > 0 and e.std() > 0 else float("nan")
+    top = np.argsort(-e, kind="stable")[: max(1, math.ceil(TOP_SHARE * b.size))]
+    share = float(b[top].sum() / b.sum()) if b.sum() > 0 else float("nan")
+    return b.size, rho, share
+
+
+class AttentionTimer:
+    """Seconds spent inside the given modules' forward calls (hooks; CPU, no synchronisation needed)."""
+
+    def __init__(self, modules: list[torch.nn.Module]) -> None:
+        self.seconds, self._start = 0.0, 0.0
+        self.handles = []
+        for m in modules:
+            self.handles.append(m.register_forward_pre_hook(self._begin))
+            self.handles.append(m.register_forward_hook(self._end))
+
+    def _begin(self, module, args) -> None:
+        self._start = time.perf_counter()
+
+    def _end(self, module, args, output) -> None:
+        self.seconds += time.perf_counter() - self._start
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def _load(name: str):
+    from ..models.attention import AdaptiveSparseAttention
+    from ..weights import WeightsError, load_model
+
+    try:
+        desc = load_model(name)
+    except WeightsError as e:
+        raise CLIError(str(e)) from None
+    blocks = [m for m in desc.net.modules() if isinstance(m, AdaptiveSparseAttention)]
+    if not blocks:
+        raise CLIError(f"{name} has no adaptive attention: there is no budget to measure")
+    return desc.net.eval(), blocks, desc
+
+
+def _set_budget(blocks, budget: float) -> None:
+    for block in blocks:
+        block.budget, block.k_min = float(budget), min(block.k_min, int(budget))
+
+
+def _upscale(
+    model, lr: np.ndarray, rounds: int, timer: AttentionTimer | None
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(sr uint8, budget map (H, W) at LR size, fastest attention seconds over ``rounds``)."""
+    x = torch.tensor(lr).permute(2, 0, 1)[None].float().div(255)
+    best = math.inf
+    with torch.inference_mode():
+        for _ in range(max(1, rounds)):
+            aux: dict = {}
+            if timer is not None:
+                timer.seconds = 0.0
+            y = model(x, aux)
+            if timer is not None:
+                best = min(best, timer.seconds)
+    budget = torch.cat([m.float() for m in aux["budget_maps"]], 1).mean(1)[0].numpy()  # (H, W)
+    sr = y.clamp(0, 1).mul(255).round()[0].permute(1, 2, 0).numpy().astype(np.uint8)
+    return sr, budget, best
+
+
+def _figure(path: str, lr: np.ndarray, budget: np.ndarray, energy: np.ndarray, k_max: float) -> None:
+    from PIL import Image
+
+    from ..inference.heatmap import budget_heatmap
+    from ..io import atomic_write
+
+    e = np.log10(energy + 1e-6)  # gradient energy spans decades: a log scale shows flat and texture alike
+    e = (e - e.min()) / max(float(e.max() - e.min()), 1e-12)
+    gap = np.full((lr.shape[0], 4, 3), 255, np.uint8)
+    panels = [lr[:, :, :3], gap, budget_heatmap(budget, k_max), gap, budget_heatmap(e, 1.0)]
+    buf = io.BytesIO()
+    Image.fromarray(np.concatenate(panels, axis=1)).save(buf, format="PNG")
+    atomic_write(path, buf.getvalue())
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..evaluation import list_images, load_hr, make_lr
+    from ..metrics import psnr
+    from ..resize import modcrop
+
+    if args.block < 4:
+        raise CLIError(f"--block must be >= 4, got {args.block}")
+    if args.images < 0 or args.rounds < 1:
+        raise CLIError("--images must be >= 0 and --rounds >= 1")
+    if not Path(args.hr).is_dir():
+        raise CLIError(f"--hr {args.hr}: no such folder")
+    if args.figure and not Path(args.figure).resolve().parent.is_dir():
+        raise CLIError(f"--figure {args.figure}: folder {Path(args.figure).parent} does not exist")
+    set_threads(args.threads)
+    model, blocks, desc = _load(args.model)
+    scale, budget, k_max = model.scale, blocks[0].budget, float(blocks[0].k_max)
+    paths = list_images(args.hr)
+    if args.images:
+        paths = paths[: args.images]
+    if not paths:
+        raise CLIError(f"--hr {args.hr}: no images")
+    if args.figure_image and args.figure_image not in {p.stem for p in paths}:
+        raise CLIError(f"--figure-image {args.figure_image}: not among the images measured")
+    print(f"{desc.name}: x{scale}, budget {budget:g} (k_max {k_max:g}), "
+          f"{len(blocks)} attention blocks, {args.block}-px blocks, {torch.get_num_threads()} threads",
+          flush=True)
+    timer = AttentionTimer(blocks)
+    results: list[ImageResult] = []
+    try:
+        for path in paths:
+            hr = modcrop(load_hr(path), scale)
+            if hr.ndim == 2:
+                hr = np.repeat(hr[:, :, None], 3, axis=2)
+            lr = make_lr(hr, scale)
+            _set_budget(blocks, budget)
+            sr, bmap, t_full = _upscale(model, lr, args.rounds, timer)
+            energy = gradient_energy(lr)
+            n, rho, share = allocation(bmap, energy, args.block)
+            _set_budget(blocks, budget / 2)
+            sr_half, _, t_half = _upscale(model, lr, args.rounds, timer)
+            _set_budget(blocks, 0.0)
+            sr_off, _, _ = _upscale(model, lr, 1, None)
+            scores = [psnr(s.astype(np.float64), hr, scale, "y") for s in (sr, sr_half, sr_off)]
+            r = ImageResult(path.stem, n, rho, share, *scores, 1000 * t_full, 1000 * t_half)
+            results.append(r)
+            print(f"  {r.name:<24} rho {r.spearman:+.3f}  top-20% share {r.top_share:.1%}  "
+                  f"PSNR {r.psnr:.3f} / half {r.psnr_half:.3f} / off {r.psnr_off:.3f}  "
+                  f"attention {r.attention_ms:.0f} -> {r.attention_ms_half:.0f} ms", flush=True)
+            if args.figure and path.stem == (args.figure_image or paths[0].stem):
+                _figure(args.figure, lr, bmap, energy, k_max)
+    finally:
+        timer.close()
+        _set_budget(blocks, budget)
+
+    def mean(field: str) -> float:
+        values = [getattr(r, field) for r in results if not math.isnan(getattr(r, field))]
+        return statistics.fmean(values) if values else float("nan")
+
+    summary = {
+        "images": len(results), "spearman_mean": mean("spearman"), "top_share_mean": mean("top_share"),
+        "psnr": mean("psnr"), "psnr_half": mean("psnr_half"), "psnr_off": mean("psnr_off"),
+        "attention_ms": sum(r.attention_ms for r in results),
+        "attention_ms_half": sum(r.attention_ms_half for r in results),
+    }
+    summary["half_budget_psnr_cost"] = summary["psnr"] - summary["psnr_half"]
+    summary["attention_off_psnr_cost"] = summary["psnr"] - summary["psnr_off"]
+    summary["half_budget_time_cut"] = 1 - summary["attention_ms_half"] / max(summary["attention_ms"], 1e-12)
+    print(f"mean over {len(results)} images: Spearman {summary['spearman_mean']:+.3f}; the 20% most detailed "
+          f"blocks hold {summary['top_share_mean']:.1%} of the budget")
+    print(f"PSNR {summary['psnr']:.4f} dB; half budget {summary['psnr_half']:.4f} "
+          f"({-summary['half_budget_psnr_cost']:+.4f}); attention off {summary['psnr_off']:.4f} "
+          f"({-summary['attention_off_psnr_cost']:+.4f})")
+    print(f"attention time at half budget: {summary['half_budget_time_cut']:.1%} less "
+          f"({summary['attention_ms']:.0f} -> {summary['attention_ms_half']:.0f} ms)")
+    if args.json:
+        write_json(args.json, {"model": args.model, "budget": budget, "k_max": k_max, "block": args.block,
+                               "threads": torch.get_num_threads(), "summary": summary,
+                               "images": [asdict(r) for r in results]})
+    return 0
