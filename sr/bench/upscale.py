@@ -8,6 +8,11 @@ images: the first pass meets each image size for the first time, the second only
 so the two tell per-shape setup (such as cuDNN building a plan for every new convolution shape on
 CUDA) from the steady-state speed.
 
+``--ray`` compares the whole ``sr upscale`` command instead, local against ``--ray`` (a local Ray, or
+RAY_ADDRESS's cluster, with ``--ray-actors`` actors of one thread each), on the same folder of LR
+images: output MP/s, wall time and peak memory (PSS summed over the command's process tree: driver,
+Ray's daemons and workers), and whether the outputs are byte-identical.
+
 ``--sweep-tile PX`` measures the tiling instead: PSNR of the tiled output against the whole-image
 output, per tile overlap and blend (hard cut, the default cross-fade over the central half of the
 overlap, a linear fade across all of it), on the same LR images.
@@ -21,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import CLIError
+from ..errors import CLIError
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_IMAGES = REPO.parent / "shared" / "datasets" / "benchmark" / "Set14"
@@ -43,6 +48,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", action="store_true",
                    help="also time a second pass over the same images (sizes already seen): per-shape "
                         "setup shows as a first pass slower than the second")
+    p.add_argument("--ray", action="store_true",
+                   help="instead of model vs bicubic: the sr upscale command on the LR folder, local vs "
+                        "--ray, MP/s and peak memory side by side (needs the cluster extra)")
+    p.add_argument("--ray-actors", type=int, default=2, metavar="N",
+                   help="actors for --ray (one CPU thread each; default 2)")
+    p.add_argument("--copies", type=int, default=1, metavar="N",
+                   help="--ray: put each LR image N times in the folder (fixed start-up costs amortize)")
     p.add_argument("--sweep-tile", type=int, default=None, metavar="PX",
                    help="instead of throughput: PSNR of tiled vs whole-image output with tiles of PX pixels")
     p.add_argument("--sweep-overlaps", default="0,8,16,32", metavar="LIST",
@@ -95,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     tile = args.tile if args.tile == "auto" else int(args.tile) if args.tile.isdigit() else None
     if tile is None:
         raise CLIError(f"--tile must be auto, 0 or a number of pixels, got {args.tile!r}")
+    if args.ray:
+        return _ray_vs_local(args, tile)
     images = _load_images(Path(args.images), args.max_images)
     models = []
     for name in args.model or DEFAULT_MODELS:
@@ -206,3 +220,141 @@ def _sweep(models: list, images: list, tile: int, overlaps_text: str) -> list[di
                     print(f"{row['model']:<24} {tile:>5} {ov:>7} {label:>7} {tiles:>6} "
                           f"{row['mean_psnr']:>8.2f} {row['min_psnr']:>7.2f} {compute:>7.2f}x", flush=True)
     return rows
+
+
+# ------------------------------------------------------------------------------ --ray: local vs Ray
+
+
+def _process_tree_pss(root: int) -> int | None:
+    """Bytes of PSS (shared pages split among their users) of ``root`` and all its descendants, from
+    /proc (Linux); None where that is not available."""
+    proc = Path("/proc")
+    parents: dict[int, int] = {}
+    for d in proc.iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                parents[int(d.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError):
+                continue
+    tree, frontier = {root}, [root]
+    while frontier:
+        kids = [pid for pid, ppid in parents.items() if ppid in frontier and pid not in tree]
+        tree.update(kids)
+        frontier = kids
+    total, seen = 0, False
+    for pid in tree:
+        try:
+            for line in (proc / str(pid) / "smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    seen = True
+                    break
+        except OSError:
+            continue
+    return total if seen else None
+
+
+def _measure(cmd: list[str]) -> dict:
+    """Run ``cmd``; wall seconds, its summary line, the peak PSS of its process tree (sampled 4x/s)."""
+    import re
+    import subprocess
+    import threading
+
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak: list[int] = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            pss = _process_tree_pss(proc.pid)
+            if pss is not None:
+                peak[0] = max(peak[0], pss)
+            done.wait(0.25)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    m = re.search(r"(\d+) done, (\d+) skipped, (\d+) failed in ([\d.]+) s \(([\d.]+) output MP/s\)", out)
+    if proc.returncode != 0 or m is None:
+        raise CLIError(f"{' '.join(cmd[2:5])}... failed ({proc.returncode}): {err.strip()[-500:]}")
+    return {"wall_s": round(wall, 2), "pipeline_s": float(m[4]), "done": int(m[1]),
+            "peak_mib": round(peak[0] / 2**20) if peak[0] else None}
+
+
+def _ray_vs_local(args: argparse.Namespace, tile: int | str) -> int:
+    import os
+    import tempfile
+
+    import numpy as np
+
+    from ..inference import UpscaleError, Upscaler
+    from ..io import DecodedImage, write_image
+    from ..resize import imresize, modcrop
+
+    try:
+        import ray  # noqa: F401 - only checked here: the Ray run is a child process
+    except ImportError:
+        raise CLIError("--ray needs Ray Data: pip install 'sr[cluster]'") from None
+    if args.ray_actors < 1 or args.copies < 1:
+        raise CLIError("--ray-actors and --copies must be >= 1")
+    name = (args.model or DEFAULT_MODELS)[0]
+    try:
+        up = Upscaler(name, device="cpu", tile=tile)
+    except UpscaleError as e:
+        raise CLIError(str(e)) from None
+    s = min(up.scales)
+    images = _load_images(Path(args.images), args.max_images)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = args.threads or usable
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sr-bench-ray-") as tmp:
+        lr_dir = Path(tmp) / "lr"
+        lr_dir.mkdir()
+        out_mp = 0.0
+        for i, hr in enumerate(images):  # the LR inputs, as files: the commands read and decode them
+            lr = imresize(modcrop(hr, s), 1 / s)
+            for c in range(args.copies):
+                write_image(lr_dir / f"{i:03d}_{c}.png", DecodedImage(lr.astype(np.float32) / 255), "png")
+                out_mp += lr.shape[0] * s * lr.shape[1] * s / 1e6
+        base = [sys.executable, "-m", "sr", "upscale", str(lr_dir), "--model", name, "--scale", str(s),
+                "--device", args.device, "--tile", str(args.tile), "--attention-path", args.attention_path]
+        runs = [("local", [*base, "-o", str(Path(tmp) / "local"), "--threads", str(threads)]),
+                (f"ray, {args.ray_actors} actors", [*base, "-o", str(Path(tmp) / "ray"), "--threads", "1",
+                                                   "--ray", "--ray-actors", str(args.ray_actors)])]
+        for label, cmd in runs:
+            print(f"  {label}...", file=sys.stderr, flush=True)
+            row = {"run": label, "images": len(images) * args.copies, "output_mp": round(out_mp, 3),
+                   **_measure(cmd)}
+            # MP/s from the exact pixel count (the summary line rounds): the pipeline's own time (the
+            # command's summary: Ray's start-up excluded, actor start-up included) and the whole wall
+            row.update(mp_per_s=round(out_mp / row["pipeline_s"], 4) if row["pipeline_s"] else None,
+                       mp_per_s_wall=round(out_mp / row["wall_s"], 4))
+            rows.append(row)
+        local, remote = (sorted((Path(tmp) / d).iterdir()) for d in ("local", "ray"))
+        identical = [p.name for p in local] == [p.name for p in remote] and all(
+            a.read_bytes() == b.read_bytes() for a, b in zip(local, remote, strict=True))
+    for r in rows:
+        r["ratio"] = round(r["mp_per_s"] / rows[0]["mp_per_s"], 3) if rows[0]["mp_per_s"] and r["mp_per_s"] \
+            else None
+        r["identical_outputs"] = identical
+    print(f"{rows[0]['images']} images ({len(images)} from {args.images} x {args.copies}), "
+          f"{Path(name).stem} x{s}, {out_mp:.2f} output MP; local: {threads} thread(s), "
+          f"Ray: {args.ray_actors} actors x 1 thread")
+    header = (f"{'run':<18} {'wall s':>7} {'pipeline s':>10} {'MP/s':>8} {'vs local':>8} {'MP/s wall':>9} "
+              f"{'peak MiB':>9}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        peak = "n/a" if r["peak_mib"] is None else r["peak_mib"]
+        rate = f"{r['mp_per_s']:>8.3f}" if r["mp_per_s"] else f"{'n/a':>8}"
+        ratio = f"{r['ratio']:>7.2f}x" if r["ratio"] else f"{'n/a':>8}"
+        print(f"{r['run']:<18} {r['wall_s']:>7.1f} {r['pipeline_s']:>10.1f} {rate} {ratio} "
+              f"{r['mp_per_s_wall']:>9.3f} {peak:>9}")
+    print(f"outputs byte-identical: {'yes' if identical else 'NO'}")
+    _write_json(rows, args.json)
+    return 0

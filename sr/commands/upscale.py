@@ -5,11 +5,16 @@ Reading the next image and writing the previous one run in their own threads aro
 A bad file is reported with its path and the batch goes on; the exit code is 1 if anything failed.
 Outputs are written atomically (``sr.io.write_image``), so Ctrl-C never leaves a partial file, and
 no output may land on an input file.
+
+``--ray [ADDRESS]`` runs the same jobs on Ray Data (``sr.inference.ray_batch``, imported only then):
+listing, planning, reading, upscaling and writing are the functions below, called from Ray's tasks and
+actors instead of this module's threads, so both paths write the same files and report the same errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import queue
 import sys
@@ -17,8 +22,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..cli import CLIError
+from ..errors import CLIError
+
+if TYPE_CHECKING:  # annotations only: the command imports the engine lazily
+    from ..inference import Upscaler, UpscaleResult
+    from ..io import DecodedImage
 
 _DONE = object()  # end-of-stream marker between the pipeline threads
 
@@ -93,6 +103,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(inferno, black = no attention, pale yellow = the model's k_max regions)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
                    help=f"refuse inputs with more pixels than this (default {DEFAULT_MAX_PIXELS})")
+    cluster = p.add_argument_group("Ray (pip install 'sr[cluster]'; docs/cluster.md)")
+    cluster.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                         help="run on Ray Data: a local Ray without ADDRESS (or RAY_ADDRESS), else join "
+                              "the cluster at ADDRESS (e.g. 10.0.0.1:6379 or auto)")
+    cluster.add_argument("--ray-actors", type=int, default=None, metavar="N",
+                         help="upscaling actors, one model each (default: one per GPU of the cluster, "
+                              "else its CPUs / --threads)")
 
 
 @dataclass
@@ -201,6 +218,7 @@ class Stats:
         self.lock = threading.Lock()
         self.done = self.failed = 0
         self.out_pixels = 0
+        self.warned = False
         self.bar = tqdm(total=total, unit="img", disable=None, file=sys.stderr, dynamic_ncols=True)
 
     def fail(self, path: Path, reason: str) -> None:
@@ -215,6 +233,16 @@ class Stats:
             self.out_pixels += pixels
             self.bar.update(1)
 
+    def record(self, job: Job, written: Written) -> None:
+        """Count one written (or failed) job; the no-budget-map warning is printed once."""
+        if written.no_budget_map and not self.warned:
+            self.warned = True
+            self.bar.write(NO_BUDGET_MAPS, file=sys.stderr)
+        if written.problem is not None:
+            self.fail(job.src, written.problem)
+        else:
+            self.ok(written.pixels)
+
 
 def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
     """Blocking put that gives up when ``stop`` is set (so a stopped consumer cannot hang us)."""
@@ -227,54 +255,87 @@ def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
     return False
 
 
-def _reader(jobs: list[Job], q: queue.Queue, stop: threading.Event, max_pixels: int) -> None:
+def read_input(job: Job, max_pixels: int) -> tuple[DecodedImage | None, str | None]:
+    """Decode a job's input: (DecodedImage, None), or (None, the reason to report). Both pipelines."""
     from ..io import read_image
 
-    for job in jobs:
-        if stop.is_set():
-            return
-        try:
-            payload: object = read_image(job.src, max_pixels=max_pixels)
-        except Exception as e:  # noqa: BLE001 - any failure is this file's, reported by the main loop
-            payload = e
-        if not _put(q, (job, payload), stop):
-            return
-    _put(q, _DONE, stop)
+    try:
+        return read_image(job.src, max_pixels=max_pixels), None
+    except Exception as e:  # noqa: BLE001 - any failure is this file's: reported, the batch goes on
+        return None, getattr(e, "reason", None) or str(e)
 
 
-def _writer(
-    q: queue.Queue, stats: Stats, args: argparse.Namespace, fmt: str, warned: list, k_max: float | None
-) -> None:
+def upscale_input(
+    up: Upscaler, image: DecodedImage, args: argparse.Namespace
+) -> tuple[UpscaleResult | None, str | None]:
+    """Upscale one decoded image with the command's flags: (UpscaleResult, None) or (None, reason)."""
+    from ..inference import UpscaleError
+
+    try:
+        return up.upscale(image, scale=args.scale, outscale=args.outscale, width=args.width,
+                          height=args.height, alpha_mode=args.alpha_mode,
+                          with_budget_map=args.save_budget_map, tta=args.tta), None
+    except UpscaleError as e:
+        return None, str(e)
+    except Exception as e:  # noqa: BLE001 - e.g. out of memory on a huge image: next file
+        return None, f"upscaling failed ({type(e).__name__}: {e})"
+
+
+@dataclass
+class Written:
+    """What writing one job's output gave: output pixels on success, else the reason."""
+
+    pixels: int = 0
+    problem: str | None = None
+    no_budget_map: bool = False  # --save-budget-map asked, but the model has no adaptive attention
+
+
+def write_output(job: Job, result: UpscaleResult, args: argparse.Namespace, k_max: float | None) -> Written:
+    """Encode and atomically write one job's output (and budget map). Both pipelines use it."""
     import numpy as np
 
     from ..inference import budget_heatmap
     from ..io import DecodedImage, ImageError, write_image
 
+    no_map = False
+    try:
+        job.out.parent.mkdir(parents=True, exist_ok=True)
+        if job.out.exists() and not (args.overwrite or args.skip_existing):
+            raise FileExistsError(f"output {job.out} appeared meanwhile (use --overwrite)")
+        out_fmt = same_format(job.src) if args.format == "same" else args.format
+        write_image(job.out, result.image, out_fmt, args.quality)
+        if job.budget is not None and result.budget_map is not None:
+            heat = budget_heatmap(result.budget_map, k_max).astype(np.float32) / 255
+            write_image(job.budget, DecodedImage(heat), "png")
+        elif job.budget is not None:
+            no_map = True
+    except (ImageError, OSError) as e:
+        return Written(problem=str(e))
+    except Exception as e:  # noqa: BLE001 - a dead writer would hang the batch: report and go on
+        return Written(problem=f"writing failed ({type(e).__name__}: {e})")
+    return Written(result.image.width * result.image.height, no_budget_map=no_map)
+
+
+NO_BUDGET_MAPS = "sr upscale: the model has no adaptive attention: no budget maps"
+
+
+def _reader(jobs: list[Job], q: queue.Queue, stop: threading.Event, max_pixels: int) -> None:
+    for job in jobs:
+        if stop.is_set():
+            return
+        if not _put(q, (job, read_input(job, max_pixels)), stop):
+            return
+    _put(q, _DONE, stop)
+
+
+def _writer(q: queue.Queue, stats: Stats, args: argparse.Namespace, k_max: float | None) -> None:
     while True:
         item = q.get()
         if item is _DONE:
             return
         job, result = item
-        try:
-            job.out.parent.mkdir(parents=True, exist_ok=True)
-            if job.out.exists() and not (args.overwrite or args.skip_existing):
-                raise FileExistsError(f"output {job.out} appeared meanwhile (use --overwrite)")
-            out_fmt = same_format(job.src) if fmt == "same" else fmt
-            write_image(job.out, result.image, out_fmt, args.quality)
-            if job.budget is not None and result.budget_map is not None:
-                heat = budget_heatmap(result.budget_map, k_max).astype(np.float32) / 255
-                write_image(job.budget, DecodedImage(heat), "png")
-            elif job.budget is not None and not warned:
-                warned.append(True)
-                stats.bar.write("sr upscale: the model has no adaptive attention: no budget maps",
-                                file=sys.stderr)
-        except (ImageError, OSError) as e:
-            stats.fail(job.src, str(e))
-            continue
-        except Exception as e:  # noqa: BLE001 - a dead writer would hang the batch: report and go on
-            stats.fail(job.src, f"writing failed ({type(e).__name__}: {e})")
-            continue
-        stats.ok(result.image.width * result.image.height)
+        written = write_output(job, result, args, k_max)
+        stats.record(job, written)
 
 
 def _parse_tile(text: str) -> int | str:
@@ -310,14 +371,33 @@ def _validate(args: argparse.Namespace) -> None:
         raise CLIError("--suffix must not contain path separators")
 
 
+def make_upscaler(
+    args: argparse.Namespace, device: str | None = None, threads: int | None = None
+) -> Upscaler:
+    """The command's ``Upscaler`` (also built once per Ray actor, from the same flags)."""
+    from ..inference import Upscaler
+
+    return Upscaler(args.model, device=device or args.device, tile=_parse_tile(args.tile),
+                    tile_overlap=args.tile_overlap, threads=threads if threads is not None else args.threads,
+                    attention_path=args.attention_path, compile=args.compile)
+
+
 def run(args: argparse.Namespace) -> int:
     _validate(args)
-    tile = _parse_tile(args.tile)
-    from ..inference import UpscaleError, Upscaler
+    _parse_tile(args.tile)
+    ray = getattr(args, "ray", None)
+    if ray is not None:
+        from ..inference import ray_batch  # only here: the local path never imports Ray
+
+        ray_batch.check_installed()
+        ray_batch.validate(args)
+    from ..inference import UpscaleError
 
     try:
-        up = Upscaler(args.model, device=args.device, tile=tile, tile_overlap=args.tile_overlap,
-                      threads=args.threads, attention_path=args.attention_path, compile=args.compile)
+        # With --ray this one only checks the model and scale on the driver (weights load lazily, the
+        # device is the actors'): the CPU is always there.
+        up = make_upscaler(args, device="cpu" if ray is not None else None,
+                           threads=1 if ray is not None else None)
         if args.scale is not None:
             up.plan(1, 1, scale=args.scale)  # checks that the model has this scale
     except UpscaleError as e:
@@ -334,39 +414,44 @@ def run(args: argparse.Namespace) -> int:
     skipped = sum(j.skip for j in jobs)
     if args.dry_run:
         return _dry_run(jobs, todo, skipped)
-    try:
-        outdir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CLIError(f"cannot create output folder {outdir} ({e.strerror or e})") from None
-    stats = Stats(len(todo))
-    for job in jobs:
-        if job.problem is not None:
-            stats.bar.write(f"sr upscale: {job.src}: {job.problem}", file=sys.stderr)
-    stats.failed = sum(j.problem is not None for j in jobs)
-    start = time.perf_counter()
-    try:
-        _pipeline(up, todo, stats, args)
-    except KeyboardInterrupt:
-        stats.bar.close()
-        _summary(stats, skipped, time.perf_counter() - start, interrupted=True)
-        raise
+    # Ray first (an unreachable cluster is an error before anything is created); its start-up lines
+    # then come before the progress bar. The session stops a Ray it started, whatever happens.
+    session = ray_batch.connect(ray) if ray is not None else contextlib.nullcontext()
+    with session:
+        if ray is not None:
+            ray_batch.check_cluster(args)  # enough CPUs/GPUs for the actors, before anything is made
+        try:
+            outdir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CLIError(f"cannot create output folder {outdir} ({e.strerror or e})") from None
+        stats = Stats(len(todo))
+        for job in jobs:
+            if job.problem is not None:
+                stats.bar.write(f"sr upscale: {job.src}: {job.problem}", file=sys.stderr)
+        stats.failed = sum(j.problem is not None for j in jobs)
+        start = time.perf_counter()
+        try:
+            if ray is not None:
+                ray_batch.run_pipeline(todo, stats, args, up.k_max)
+            else:
+                _pipeline(up, todo, stats, args)
+        except KeyboardInterrupt:
+            stats.bar.close()
+            _summary(stats, skipped, time.perf_counter() - start, interrupted=True)
+            raise
     stats.bar.close()
     _summary(stats, skipped, time.perf_counter() - start)
     return 1 if stats.failed else 0
 
 
 def _pipeline(up, todo: list[Job], stats: Stats, args: argparse.Namespace) -> None:
-    from ..inference import UpscaleError
-
     stop = threading.Event()
     # One slot each way is enough to keep the model busy (the next image decodes and the previous one
     # encodes while it runs) and bounds memory to ~3 images in flight: outputs can be gigabytes.
     q_in: queue.Queue = queue.Queue(maxsize=1)
     q_out: queue.Queue = queue.Queue(maxsize=1)
-    warned: list = []
     reader = threading.Thread(target=_reader, args=(todo, q_in, stop, args.max_pixels), daemon=True)
-    writer = threading.Thread(target=_writer, args=(q_out, stats, args, args.format, warned, up.k_max),
-                              daemon=True)
+    writer = threading.Thread(target=_writer, args=(q_out, stats, args, up.k_max), daemon=True)
     reader.start()
     writer.start()
     try:
@@ -374,21 +459,14 @@ def _pipeline(up, todo: list[Job], stats: Stats, args: argparse.Namespace) -> No
             item = q_in.get()
             if item is _DONE:
                 break
-            job, payload = item
-            if isinstance(payload, BaseException):
-                stats.fail(job.src, getattr(payload, "reason", None) or str(payload))
+            job, (image, problem) = item
+            del item
+            if problem is None:
+                result, problem = upscale_input(up, image, args)
+            del image
+            if problem is not None:
+                stats.fail(job.src, problem)
                 continue
-            try:
-                result = up.upscale(payload, scale=args.scale, outscale=args.outscale, width=args.width,
-                                    height=args.height, alpha_mode=args.alpha_mode,
-                                    with_budget_map=args.save_budget_map, tta=args.tta)
-            except UpscaleError as e:
-                stats.fail(job.src, str(e))
-                continue
-            except Exception as e:  # noqa: BLE001 - e.g. out of memory on a huge image: next file
-                stats.fail(job.src, f"upscaling failed ({type(e).__name__}: {e})")
-                continue
-            del payload
             q_out.put((job, result))
             del result
         q_out.put(_DONE)
