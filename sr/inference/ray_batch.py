@@ -18,8 +18,10 @@ driver never leaves a half-written output, and ``--skip-existing`` resumes.
 
 Back-pressure (what bounds memory on a folder of many large images): one image per block; at most
 ``actors + 1`` read tasks and ``actors + 1`` write tasks in flight; each actor holds at most
-``ACTOR_QUEUE`` images (the one it runs and the next); and Ray Data's streaming executor keeps the
-bytes buffered between stages under ``BUFFER_BYTES`` of the object store (spilling to disk beyond).
+``ACTOR_QUEUE`` image (the one it runs); and Ray Data's streaming executor keeps the
+bytes buffered between stages under ``BUFFER_BYTES`` of the object store, or under its own default
+(half the object store) where that is lower. Measured (issue 29, docs/cluster.md): memory plateaus;
+the steady state is mostly worker processes (bounded by the pool sizes), not buffered images.
 """
 
 from __future__ import annotations
@@ -45,11 +47,16 @@ INSTALL_HINT = "--ray needs Ray Data: pip install 'sr[cluster]' (or pip install 
 # it meets is reported as failed instead of taking the batch down or looping forever.
 MAX_ATTEMPTS = 3
 WORKER_DIED = "the Ray worker died on this image {n} times (killed for memory, or crashed)"
-# Images queued on one actor: the one it runs plus the next, decoded and ready (Ray Data's default of 4
-# would pin 4 decoded images per actor, each up to --max-pixels x 12 bytes as float32).
-ACTOR_QUEUE = 2
+# Images in flight on one actor: only the one it runs. When an actor dies, every task queued on it
+# fails and uses up one of its attempts, so with a queue an innocent image that kept meeting a poison
+# file's actor was reported as "died 3 times" (seen in 2 of 7 runs of the fault test). Decoded inputs
+# still wait ready in the object store, so the actor's next image is a task dispatch away. (Ray Data's
+# default of 4 would also pin 4 decoded images per actor, each up to --max-pixels x 12 bytes.)
+ACTOR_QUEUE = 1
 # Object-store bytes Ray Data may buffer between stages (decoded inputs and float outputs waiting);
 # Ray lets one block through even when a single image is larger, so any size still makes progress.
+# The limit in force is the lower of this and Ray Data's default, half the cluster's object store (a
+# local Ray's store is 30% of the memory free at its start: 1494 MiB of limit on the 24 GB dev box).
 BUFFER_BYTES = 2 * 2**30
 
 
