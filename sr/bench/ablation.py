@@ -17,7 +17,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..errors import CLIError
@@ -72,15 +71,12 @@ def _load_run(run_dir: Path):
 
 
 def _lr_inputs(folder: str, scale: int, n: int) -> list[torch.Tensor]:
-    from ..evaluation import list_images, load_hr, make_lr
-    from ..resize import modcrop
+    from ..evaluation import list_images, load_rgb_pair
 
     out = []
     for path in list_images(folder)[:n]:
-        hr = modcrop(load_hr(path), scale)
-        if hr.ndim == 2:
-            hr = np.repeat(hr[:, :, None], 3, axis=2)
-        out.append(torch.tensor(make_lr(hr, scale)).permute(2, 0, 1)[None].float().div(255))
+        lr = load_rgb_pair(path, scale)[1]
+        out.append(torch.tensor(lr).permute(2, 0, 1)[None].float().div(255))
     if not out:
         raise CLIError(f"--hr {folder}: no images")
     return out

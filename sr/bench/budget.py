@@ -128,7 +128,7 @@ def _load(name: str):
 
 def _set_budget(blocks, budget: float) -> None:
     for block in blocks:
-        block.budget, block.k_min = float(budget), min(block.k_min, int(budget))
+        block.set_budget(budget)
 
 
 def _upscale(
@@ -166,9 +166,8 @@ def _figure(path: str, lr: np.ndarray, budget: np.ndarray, energy: np.ndarray, k
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation import list_images, load_hr, make_lr
+    from ..evaluation import list_images, load_rgb_pair
     from ..metrics import psnr
-    from ..resize import modcrop
 
     if args.block < 4:
         raise CLIError(f"--block must be >= 4, got {args.block}")
@@ -195,10 +194,7 @@ def run(args: argparse.Namespace) -> int:
     results: list[ImageResult] = []
     try:
         for path in paths:
-            hr = modcrop(load_hr(path), scale)
-            if hr.ndim == 2:
-                hr = np.repeat(hr[:, :, None], 3, axis=2)
-            lr = make_lr(hr, scale)
+            hr, lr = load_rgb_pair(path, scale)
             _set_budget(blocks, budget)
             sr, bmap, t_full = _upscale(model, lr, args.rounds, timer)
             energy = gradient_energy(lr)

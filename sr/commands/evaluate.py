@@ -132,7 +132,7 @@ def set_budget(model: ModelDescriptor, budget: float) -> None:
     if not 0 <= budget <= model.k_max:
         raise CLIError(f"--budget must be between 0 and the model's k_max {model.k_max:g}, got {budget:g}")
     for block in blocks:
-        block.budget, block.k_min = float(budget), min(block.k_min, int(budget))
+        block.set_budget(budget)
 
 
 # -- output -----------------------------------------------------------------------------------------

@@ -58,6 +58,15 @@ def make_lr(hr: np.ndarray, scale: int) -> np.ndarray:
     return imresize(hr, 1 / scale)
 
 
+def load_rgb_pair(path: Path, scale: int) -> tuple[np.ndarray, np.ndarray]:
+    """(HR, LR) uint8 RGB for running a model on an HR file: modcropped, gray replicated to RGB, LR
+    made as :func:`score_image` makes it (benches that time or probe the network, not score gray)."""
+    hr = modcrop(load_hr(path), scale)
+    if hr.ndim == 2:
+        hr = np.repeat(hr[:, :, None], 3, axis=2)
+    return hr, make_lr(hr, scale)
+
+
 def bicubic_y_baseline(hr: np.ndarray, scale: int) -> np.ndarray:
     """The published bicubic baseline, computed the classic (SRCNN/VDSR script) way: on the uint8
     Y channel of MATLAB's rgb2ycbcr, down and up in float, then rounded. Returns Y (H, W)."""

@@ -85,6 +85,10 @@ class AdaptiveSparseAttention(AttentionBranch):
     def align(self) -> int:
         return self.stride * self.region  # regions tile the stride-pooled map from its top left
 
+    def set_budget(self, budget: float) -> None:
+        """Retarget the mean budget (0 = attention skipped everywhere); k_min follows it down."""
+        self.budget, self.k_min = float(budget), min(self.k_min, int(budget))
+
     def allocate(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """Continuous per-region k: (B, 1, Hr, Wr) in [k_min, min(k_max, N)], mean ~ budget."""
         # sym_min: with symbolic sizes (torch.compile, ONNX export) no guard on N >= k_max
