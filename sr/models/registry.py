@@ -12,6 +12,9 @@ ASA = {"region": 4, "k_min": 0, "k_max": 8, "budget": 4.0, "stride": 2, "detail_
 # mean budget with a cap 6x the mean, so the most detailed regions can hold most of it, and a
 # sharper detail prior. Its training path is tiered by budget, so the lower mean is what it costs.
 ASA2 = {"region": 4, "k_min": 0, "k_max": 12, "budget": 2.0, "stride": 1, "detail_prior": 1.0}
+# The third: the second with each region's own keys at rank 0, so a budget of k is local context
+# plus k - 1 routed regions (pooled scoring alone almost never picks a region's own keys).
+ASA3 = {**ASA2, "own_first": True}
 
 # Presets are scale-free; a model name is "<preset>-x<scale>", e.g. "asa-base-x2".
 PRESETS: dict[str, dict] = {
@@ -23,6 +26,7 @@ PRESETS: dict[str, dict] = {
     "asa-medium": dict(channels=64, blocks=8, attn_every=4, heads=4, attention="adaptive", attn_options=ASA),
     # asa-base's body with the second attention design (same parameters: only the routing differs)
     "asa2-base": dict(channels=48, blocks=7, attn_every=3, heads=3, attention="adaptive", attn_options=ASA2),
+    "asa3-base": dict(channels=48, blocks=7, attn_every=3, heads=3, attention="adaptive", attn_options=ASA3),
 }
 DEFAULT_PRESET = "asa-base"
 

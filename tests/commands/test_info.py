@@ -46,7 +46,7 @@ def test_preset_summary_default_size(capsys: pytest.CaptureFixture) -> None:
     assert f["preset"] == "asa-small" and f["scale"] == "x4"
     assert f["channels"] == str(PRESETS["asa-small"]["channels"])
     assert f["params"].startswith(f"{count_params(model):,} ")
-    assert f["attention"] == "adaptive (region=4, k_min=0, k_max=8, budget=4.0, stride=2)"
+    assert f["attention"] == "adaptive (region=4, k_min=0, k_max=8, budget=4.0, stride=2, own_first=False)"
     assert f["MACs"] == f"{count_macs(model, (720, 1280)) / 1e9:.2f} G for a 1280x720 output (320x180 input)"
     assert "random weights" in f["source"]
 

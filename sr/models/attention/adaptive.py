@@ -18,6 +18,7 @@ from torch import nn
 from .common import AttentionBranch, from_head_regions, pad_to_multiple, to_head_regions
 from .registry import register_attention
 from .routing import (
+    own_region_first,
     pooled_topk,
     routed_attention,
     static_routed_attention,
@@ -72,9 +73,11 @@ class AdaptiveSparseAttention(AttentionBranch):
         stride: int = 1,
         detail_prior: float = 0.5,
         two_level_above: int | None = 512,
+        own_first: bool = False,
     ) -> None:
         super().__init__(dim, heads, positional, stride)
         self.two_level_above = two_level_above  # inference: coarse-to-fine routing beyond this many regions
+        self.own_first = own_first  # rank 0 = the region itself, then the routed ones (own_region_first)
         if not 0 <= k_min <= budget <= k_max:
             raise ValueError(f"need 0 <= k_min <= budget <= k_max, got {k_min}, {budget}, {k_max}")
         self.region, self.k_min, self.k_max, self.budget = region, k_min, k_max, float(budget)
@@ -130,6 +133,8 @@ class AdaptiveSparseAttention(AttentionBranch):
         k_map = self.allocate(xp, n)  # (B, 1, Hr, Wr)
         k_top = min(self.k_max, n)
         idx = pooled_topk(*self.pooled_qk(xp, p), k_top)  # (B, N, k_top), best first; as inference routes
+        if self.own_first:
+            idx = own_region_first(idx)
         # Rank r counts with weight clamp(k - r, 0, 1): a log-weight score bias inside, a fade outside
         # (k -> 0 fades the whole branch out, so a budget of 0 means "no attention here"). Regions are
         # tiered by ceil(k), so the gathers and scores follow the budget as at inference.
@@ -144,7 +149,7 @@ class AdaptiveSparseAttention(AttentionBranch):
         n = (q.shape[-2] // p) * (q.shape[-1] // p)
         k_map = (self.allocate(xp, n) + 0.5).floor()  # the tiered path's integer budgets, (B, 1, Hr, Wr)
         out = static_routed_attention(q, k, v, self.pooled_qk(xp, p), k_map.flatten(1), self.k_max,
-                                      self.heads, p)
+                                      self.heads, p, own_first=self.own_first)
         return out, k_map
 
     def _attend_infer(self, q, k, v, x, aux):
@@ -161,7 +166,7 @@ class AdaptiveSparseAttention(AttentionBranch):
         else:
             out = routed_attention(
                 q, k, v, self.pooled_qk(xp, p), k_map.flatten(1).long(), k_max, self.heads, p,
-                self.two_level_above, stats,
+                self.two_level_above, stats, own_first=self.own_first,
             )
         if aux is not None:
             aux.setdefault("gathered_regions", []).append(stats["gathered"])
@@ -170,13 +175,13 @@ class AdaptiveSparseAttention(AttentionBranch):
 
 # sr info leaves detail_prior out: it shapes training's allocation, not the routing that is run
 @register_attention(
-    "adaptive", summary=("region", "k_min", "k_max", "budget", "stride"), budget_option="k_max"
+    "adaptive", summary=("region", "k_min", "k_max", "budget", "stride", "own_first"), budget_option="k_max"
 )
 def build_adaptive(
     dim: int, heads: int, index: int, *, region: int = 4, k_min: int = 0, k_max: int = 8, budget: float = 4.0,
-    stride: int = 1, detail_prior: float = 0.5,
+    stride: int = 1, detail_prior: float = 0.5, own_first: bool = False,
 ) -> AdaptiveSparseAttention:
     return AdaptiveSparseAttention(
         dim, heads, region=region, k_min=k_min, k_max=k_max, budget=budget, stride=stride,
-        detail_prior=detail_prior,
+        detail_prior=detail_prior, own_first=own_first,
     )
