@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # CLIError lives in sr.errors (commands import it from there); re-exported for older imports
@@ -51,13 +52,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     module = importlib.import_module(f"sr.commands.{args._module}")
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe raises here, in the handler below, not at interpreter exit
+        return code
     except CLIError as e:
         print(f"sr {args.command}: error: {e}", file=sys.stderr)
         return e.code
     except KeyboardInterrupt:
         print(f"sr {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader left (`sr info ... | head`): stop quietly, and point stdout at devnull so that
+        # the interpreter's final flush does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

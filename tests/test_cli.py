@@ -104,3 +104,14 @@ def test_python_m_sr_cli_builds_lazy_sub_parsers() -> None:
     proc = subprocess.run([sys.executable, "-m", "sr.cli", "bench", "paths", "--help"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and "--paths" in proc.stdout
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
+    """`sr info ... | head -1`: the pipe closes before sr writes; sr stops quietly (exit 1, as Python's
+    docs advise), where it used to print a BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "sr", "info", "asa-base-x2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in err and "Exception ignored" not in err, err
