@@ -9,6 +9,10 @@ For a model with adaptive attention, on a folder of HR images (LR made as ``sr e
 - **Halving.** PSNR (Y, border = scale, as ``sr eval``) at the model's budget, at half of it and at 0
   (attention off), and the attention blocks' own forward time at the budget and at half of it
   (timed by hooks on those blocks, whole images, fp32, the tiered inference path).
+- **Where routing looks.** Of the key regions that the regions keep at the model's budget: the
+  share that is the region itself, the share that is it or one of its 8 neighbours, and the mean
+  distance (Chebyshev, in LR pixels between region corners). Pooled scoring alone almost never picks
+  a region's own keys; ``own_first`` models put them at rank 0.
 - ``--figure``: LR input | budget map | gradient energy of one image, side by side.
 """
 
@@ -58,6 +62,29 @@ class ImageResult:
     psnr_off: float
     attention_ms: float
     attention_ms_half: float
+    own_share: float  # of the kept key regions: the region itself
+    near_share: float  # ... itself or one of its 8 neighbours
+    route_distance_px: float  # mean distance of the kept key regions, LR pixels
+
+
+def route_locality(routes: list) -> tuple[float, float, float]:
+    """(own share, own-or-neighbour share, mean Chebyshev distance in regions) of the kept picks.
+
+    routes: the ``aux["routes"]`` entries of the adaptive blocks, (idx (B, N, k) or None, k (B, N),
+    (Hr, Wr)); rank r of a region is kept where r < its k.
+    """
+    own = near = dist = picks = 0
+    for idx, k, (_, wr) in routes:
+        if idx is None:  # every region skipped attention
+            continue
+        q = torch.arange(idx.shape[1])[None, :, None]  # (1, N, 1) query region ids
+        d = torch.maximum((idx // wr - q // wr).abs(), (idx % wr - q % wr).abs())  # (B, N, k) in regions
+        d = d[torch.arange(idx.shape[-1])[None, None] < k[..., None]]
+        own, near = own + int((d == 0).sum()), near + int((d <= 1).sum())
+        dist, picks = dist + int(d.sum()), picks + d.numel()
+    if not picks:
+        return (float("nan"),) * 3
+    return own / picks, near / picks, dist / picks
 
 
 def gradient_energy(lr: np.ndarray) -> np.ndarray:
@@ -133,13 +160,13 @@ def _set_budget(blocks, budget: float) -> None:
 
 def _upscale(
     model, lr: np.ndarray, rounds: int, timer: AttentionTimer | None
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """(sr uint8, budget map (H, W) at LR size, fastest attention seconds over ``rounds``)."""
+) -> tuple[np.ndarray, np.ndarray, float, list]:
+    """(sr uint8, budget map (H, W) at LR size, fastest attention seconds over ``rounds``, routes)."""
     x = torch.tensor(lr).permute(2, 0, 1)[None].float().div(255)
     best = math.inf
     with torch.inference_mode():
         for _ in range(max(1, rounds)):
-            aux: dict = {}
+            aux: dict = {"record_routes": True}  # keeps a reference to each block's routing: no cost
             if timer is not None:
                 timer.seconds = 0.0
             y = model(x, aux)
@@ -147,7 +174,7 @@ def _upscale(
                 best = min(best, timer.seconds)
     budget = torch.cat([m.float() for m in aux["budget_maps"]], 1).mean(1)[0].numpy()  # (H, W)
     sr = y.clamp(0, 1).mul(255).round()[0].permute(1, 2, 0).numpy().astype(np.uint8)
-    return sr, budget, best
+    return sr, budget, best, aux.get("routes", [])
 
 
 def _figure(path: str, lr: np.ndarray, budget: np.ndarray, energy: np.ndarray, k_max: float) -> None:
@@ -180,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     model, blocks, desc = _load(args.model)
     scale, budget, k_max = model.scale, blocks[0].budget, float(blocks[0].k_max)
+    region_px = blocks[0].region * blocks[0].stride  # a region's side in LR pixels
     paths = list_images(args.hr)
     if args.images:
         paths = paths[: args.images]
@@ -196,19 +224,23 @@ def run(args: argparse.Namespace) -> int:
         for path in paths:
             hr, lr = load_rgb_pair(path, scale)
             _set_budget(blocks, budget)
-            sr, bmap, t_full = _upscale(model, lr, args.rounds, timer)
+            sr, bmap, t_full, routes = _upscale(model, lr, args.rounds, timer)
             energy = gradient_energy(lr)
             n, rho, share = allocation(bmap, energy, args.block)
             _set_budget(blocks, budget / 2)
-            sr_half, _, t_half = _upscale(model, lr, args.rounds, timer)
+            sr_half, _, t_half, _ = _upscale(model, lr, args.rounds, timer)
             _set_budget(blocks, 0.0)
-            sr_off, _, _ = _upscale(model, lr, 1, None)
+            sr_off, _, _, _ = _upscale(model, lr, 1, None)
             scores = [psnr(s.astype(np.float64), hr, scale, "y") for s in (sr, sr_half, sr_off)]
-            r = ImageResult(path.stem, n, rho, share, *scores, 1000 * t_full, 1000 * t_half)
+            own, near, dist = route_locality(routes)
+            r = ImageResult(path.stem, n, rho, share, *scores, 1000 * t_full, 1000 * t_half, own, near,
+                            dist * region_px)
             results.append(r)
             print(f"  {r.name:<24} rho {r.spearman:+.3f}  top-20% share {r.top_share:.1%}  "
                   f"PSNR {r.psnr:.3f} / half {r.psnr_half:.3f} / off {r.psnr_off:.3f}  "
-                  f"attention {r.attention_ms:.0f} -> {r.attention_ms_half:.0f} ms", flush=True)
+                  f"attention {r.attention_ms:.0f} -> {r.attention_ms_half:.0f} ms  "
+                  f"routes: own {r.own_share:.1%}, near {r.near_share:.1%}, {r.route_distance_px:.0f} px",
+                  flush=True)
             if args.figure and path.stem == (args.figure_image or paths[0].stem):
                 _figure(args.figure, lr, bmap, energy, k_max)
     finally:
@@ -224,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
         "psnr": mean("psnr"), "psnr_half": mean("psnr_half"), "psnr_off": mean("psnr_off"),
         "attention_ms": sum(r.attention_ms for r in results),
         "attention_ms_half": sum(r.attention_ms_half for r in results),
+        "own_share_mean": mean("own_share"), "near_share_mean": mean("near_share"),
+        "route_distance_px_mean": mean("route_distance_px"),
     }
     summary["half_budget_psnr_cost"] = summary["psnr"] - summary["psnr_half"]
     summary["attention_off_psnr_cost"] = summary["psnr"] - summary["psnr_off"]
@@ -235,6 +269,9 @@ def run(args: argparse.Namespace) -> int:
           f"({-summary['attention_off_psnr_cost']:+.4f})")
     print(f"attention time at half budget: {summary['half_budget_time_cut']:.1%} less "
           f"({summary['attention_ms']:.0f} -> {summary['attention_ms_half']:.0f} ms)")
+    print(f"routing: of the kept key regions, {summary['own_share_mean']:.1%} are the region itself, "
+          f"{summary['near_share_mean']:.1%} it or a neighbour; mean distance "
+          f"{summary['route_distance_px_mean']:.0f} LR px")
     if args.json:
         write_json(args.json, {"model": args.model, "budget": budget, "k_max": k_max, "block": args.block,
                                "threads": torch.get_num_threads(), "summary": summary,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from sr.bench.budget import allocation, block_means, gradient_energy
+from sr.bench.budget import allocation, block_means, gradient_energy, route_locality
 from sr.cli import main
 from sr.models import build_model
 from sr.weights import save_weights
@@ -40,6 +40,19 @@ def test_gradient_energy_is_zero_on_flat_and_positive_on_edges():
     assert e.shape == (8, 8) and e[:, 3].min() > 0.7 and e[:, :3].max() == 0 and e[:, 5:].max() == 0
 
 
+def test_route_locality_counts_only_the_kept_ranks():
+    # a 3 x 4 grid of regions; region 0 keeps (itself, its right neighbour); region 5 keeps region 7
+    # (2 columns away); region 11 keeps nothing; the other ranks are past each region's k
+    idx = torch.zeros(1, 12, 2, dtype=torch.long)
+    idx[0, 0] = torch.tensor([0, 1])
+    idx[0, 5] = torch.tensor([7, 0])
+    k = torch.zeros(1, 12, dtype=torch.long)
+    k[0, 0], k[0, 5] = 2, 1
+    own, near, dist = route_locality([(idx, k, (3, 4)), (None, torch.zeros(1, 12), (3, 4))])
+    assert (own, near, dist) == (pytest.approx(1 / 3), pytest.approx(2 / 3), pytest.approx((0 + 1 + 2) / 3))
+    assert all(np.isnan(v) for v in route_locality([(None, k, (3, 4))]))
+
+
 def _images(folder, n=2, size=96):
     rng = np.random.default_rng(0)
     folder.mkdir()
@@ -64,7 +77,9 @@ def test_a_tiny_model_end_to_end_with_json_and_figure(tmp_path, capsys):
     # the detail prior alone sends the budget to the textured half: a strong rank correlation
     assert s["spearman_mean"] > 0.5 and s["top_share_mean"] > 0.2
     assert s["psnr_off"] != s["psnr"] and s["attention_ms"] > 0
-    assert "the 20% most detailed blocks hold" in capsys.readouterr().out
+    assert 0 <= s["own_share_mean"] <= s["near_share_mean"] <= 1 and s["route_distance_px_mean"] >= 0
+    printed = capsys.readouterr().out
+    assert "the 20% most detailed blocks hold" in printed and "are the region itself" in printed
     with Image.open(fig) as im:
         assert im.size == (3 * 48 + 8, 48)  # LR | budget | energy, with two 4-px gaps
 

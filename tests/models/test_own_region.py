@@ -89,3 +89,16 @@ def test_the_asa3_preset_puts_the_own_region_first_and_the_older_ones_do_not():
     blocks = lambda name: [m for m in build_model(name).modules() if isinstance(m, AdaptiveSparseAttention)]  # noqa: E731
     assert [m.own_first for m in blocks("asa3-base-x4")] == [True, True]
     assert not any(m.own_first for name in ("asa-base-x4", "asa2-base-x4") for m in blocks(name))
+
+
+@torch.no_grad()
+def test_recorded_routes_start_with_the_own_region():
+    m = asa3_module(k_min=0, k_max=4, budget=2.0).eval()
+    aux: dict = {"record_routes": True}
+    m(torch.randn(1, 24, 16, 20), aux)  # N = 4 x 5 regions
+    (idx, k, grid), = aux["routes"]
+    assert grid == (4, 5) and idx.shape[:2] == k.shape == (1, 20)
+    assert torch.equal(idx[0, :, 0], torch.arange(20))
+    plain: dict = {}
+    m(torch.randn(1, 24, 16, 20), plain)
+    assert "routes" not in plain  # recorded only when asked

@@ -159,7 +159,8 @@ class AdaptiveSparseAttention(AttentionBranch):
         q, k, v, xp = (pad_to_multiple(t, p)[0] for t in (q, k, v, x))
         n = (q.shape[-2] // p) * (q.shape[-1] // p)
         k_map = (self.allocate(xp, n) + 0.5).floor()  # hard integer budgets, (B, 1, Hr, Wr)
-        stats: dict = {"gathered": 0}
+        record = aux is not None and aux.get("record_routes", False)
+        stats: dict = {"gathered": 0, **({"routes": []} if record else {})}
         k_max = int(k_map.max())
         if k_max == 0:  # every region skips attention
             out = q.new_zeros(q.shape)
@@ -170,6 +171,10 @@ class AdaptiveSparseAttention(AttentionBranch):
             )
         if aux is not None:
             aux.setdefault("gathered_regions", []).append(stats["gathered"])
+        if record:  # where each region's kept ranks point: (idx (B, N, k), k (B, N), region grid)
+            routes = stats["routes"][0] if stats["routes"] else None
+            grid = (q.shape[-2] // p, q.shape[-1] // p)
+            aux.setdefault("routes", []).append((routes, k_map.flatten(1).long(), grid))
         return out, k_map
 
 

@@ -215,13 +215,16 @@ def routed_attention(
     q, k, v: (B, C, H, W) with H and W multiples of p (channels-last avoids a copy); means: the
     (B, N, C) region means of q and k; k_int: (B, N) integer k per query region; k_max: its
     maximum, > 0 (passed in: the caller has read it, and a second read is a second host sync on CUDA);
-    own_first: rank 0 is each region's own (:func:`own_region_first`).
+    own_first: rank 0 is each region's own (:func:`own_region_first`). A ``stats`` with a "routes"
+    list receives the routing, idx (B, N, k), for benches that ask where it looks.
     Returns (B, C, H, W), channels-last.
     """
     b, _, h, w = q.shape
     idx = route(*means, (h // p, w // p), k_max, two_level_above)  # (B, N, k), best first
     if own_first:
         idx = own_region_first(idx)
+    if stats is not None and "routes" in stats:
+        stats["routes"].append(idx)
     tokens = region_token_ids(b, h, w, p, q.device)  # (B*N, P)
     rows = tiered_attention(token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_int, heads,
                             stats=stats)
