@@ -14,8 +14,8 @@ from sr.inference import Upscaler, onnx_export
 from sr.inference.onnx_export import OnnxNet, OnnxUnavailable, export_onnx
 from sr.io import DecodedImage, read_image
 from sr.metrics import float_psnr as psnr
-from sr.models import set_attention_path
-from sr.weights import load_weights
+from sr.models import build_model, set_attention_path
+from sr.weights import load_weights, save_weights
 
 # The optional extra (pip install -e ".[onnx]"; CI installs it): without it only the error paths run.
 needs_onnx = pytest.mark.skipif(
@@ -110,3 +110,28 @@ def test_a_file_that_is_not_an_sr_export_is_refused(tmp_path):
     bad.write_bytes(b"not onnx")
     with pytest.raises(ValueError, match="not a usable ONNX model"):
         OnnxNet(bad)
+
+
+@needs_onnx
+@pytest.mark.slow
+def test_own_first_survives_the_export(tmp_path):
+    # asa3's own-region-first routing, with perturbed weights so that attention shapes the output
+    torch.manual_seed(0)
+    net = build_model("asa3-base-x2").eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    weights = save_weights(net, tmp_path / "asa3-x2.safetensors")
+    ort_net = OnnxNet(export_onnx(weights, tmp_path / "asa3-x2.onnx"), threads=2)
+    x = torch.rand(1, 3, 72, 88)  # not the traced size (64x96), several regions per side
+    set_attention_path(net, "static")
+    with torch.no_grad():
+        ref = net(x).numpy()
+        blocks = [m for m in net.modules() if getattr(m, "own_first", False)]
+        assert blocks
+        for m in blocks:
+            m.own_first = False
+        other = net(x).numpy()
+    y = ort_net(x.numpy())
+    assert psnr(y, ref) >= 80  # the exported graph routes like torch
+    assert psnr(other, ref) < 60  # and the test would notice a graph that forgot own_first
