@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "export a training checkpoint's EMA weights to safetensors"),
     "info": ("info", "architecture, params and MACs of a model name or weights file"),
     "serve": ("serve", "run the HTTP service (FastAPI + web page)"),
-    "bench": ("bench", "benchmarks: attention, train, upscale, serve"),
+    "bench": ("bench", "benchmarks: attention, train, upscale, paths, serve, budget, ablation, peers"),
 }
 
 

@@ -15,6 +15,7 @@ BENCHMARKS = {
     "serve": "bounded load test of the HTTP service on loopback",
     "budget": "does the attention budget follow detail; what halving it costs in PSNR and saves in time",
     "ablation": "training runs compared at equal compute: one table of quality, cost and speed",
+    "peers": "CPU speed of our model against IMDN's published architecture, per scale, side by side",
 }
 
 

@@ -246,6 +246,13 @@ class Upscaler:
         values = [d.k_max for d in self._descriptors.values() if d.k_max is not None]
         return max(values) if values else None
 
+    def network(self, scale: int) -> SRNet:
+        """The network for ``scale`` as the engine runs it (device, dtype, memory format, attention
+        path), loaded on first use; for benchmarks that time it against other networks."""
+        if scale not in self._descriptors:
+            raise UpscaleError(f"{self.name} has no x{scale} model (scales: {self.scales})")
+        return self._get(scale).net
+
     def load(self, scale: int | None = None) -> None:
         """Load the weights now (all scales, or one) instead of on first use."""
         for s in [scale] if scale is not None else self.scales:

@@ -1,0 +1,122 @@
+"""``sr bench peers``: our model's CPU speed against IMDN's published architecture, in one run.
+
+Per scale, the LR versions of ``--hr``'s images (MATLAB bicubic, modcrop to the scale) go whole
+through both networks: ours as ``sr upscale`` runs it (the file's network, eval mode, the attention
+path that the engine picks on this device), and IMDN (``sr.bench.imdn``, random weights: speed
+does not depend on them). The two take turns image by image, so that load from other processes hits
+them alike; each image's time is the fastest of ``--rounds``, and output MP/s is total output pixels
+over the summed times. The ratio (ours / IMDN) is the figure to quote; lone MP/s vary with the
+machine's load. Parameters and MACs (1280x720 output) are printed beside the speeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import CLIError
+from .ablation import _lr_inputs, _time_side_by_side
+from .attention import set_threads, write_json
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_HR = REPO.parent / "shared" / "datasets" / "benchmark" / "Set14"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="asa-base", metavar="NAME_OR_PATH",
+                   help="shipped family or name, or a .safetensors file (default: asa-base, every scale)")
+    p.add_argument("--scales", default="2,3,4",
+                   help="scales to compare, of those the model has (default 2,3,4)")
+    p.add_argument("--hr", default=str(DEFAULT_HR), help="folder of HR images (default: Set14)")
+    p.add_argument("--images", type=int, default=None, help="use only the first N images (default: all)")
+    p.add_argument("--rounds", type=int, default=2, help="timed passes per image and network (default 2)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1; 0 = torch's default)")
+    p.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+
+
+@dataclass
+class PeerRow:
+    scale: int
+    ours: str
+    ours_params: int
+    imdn_params: int
+    ours_macs_g: float
+    imdn_macs_g: float
+    images: int
+    ours_mp_s: float
+    imdn_mp_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.ours_mp_s / self.imdn_mp_s
+
+
+def _parse_scales(text: str) -> list[int]:
+    try:
+        scales = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise CLIError(f"--scales must be comma-separated integers, got {text!r}") from None
+    if not scales or any(s not in (2, 3, 4) for s in scales):
+        raise CLIError(f"--scales must name scales among 2, 3, 4, got {text!r}")
+    return list(dict.fromkeys(scales))
+
+
+def _our_networks(model: str, scales: list[int]):
+    """(the engine, {scale: (name, network)}) for the scales of ``scales`` that the model has."""
+    from ..inference import UpscaleError, Upscaler
+
+    try:
+        up = Upscaler(model, device="cpu", tile=0)
+    except UpscaleError as e:
+        raise CLIError(str(e)) from None
+    have = [s for s in scales if s in up.scales]
+    if not have:
+        raise CLIError(f"--model {model!r} has scales {up.scales}, none of --scales {scales}")
+    name = up.name if len(up.scales) == 1 else None
+    return up, {s: (name or f"{up.name}-x{s}", up.network(s)) for s in have}
+
+
+def table(rows: list[PeerRow]) -> str:
+    lines = ["| scale | ours | params ours / IMDN | GMACs ours / IMDN | images | MP/s ours | MP/s IMDN "
+             "| ours / IMDN |", "|---|---|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| x{r.scale} | {r.ours} | {r.ours_params:,} / {r.imdn_params:,} | "
+                     f"{r.ours_macs_g:.1f} / {r.imdn_macs_g:.1f} | {r.images} | {r.ours_mp_s:.3f} | "
+                     f"{r.imdn_mp_s:.3f} | {r.ratio:.2f}x |")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..models import count_macs, count_params
+    from .imdn import IMDN
+
+    if (args.images is not None and args.images < 1) or args.rounds < 1:
+        raise CLIError("--images and --rounds must be >= 1")
+    set_threads(args.threads)
+    scales = _parse_scales(args.scales)
+    if not Path(args.hr).is_dir():
+        raise CLIError(f"--hr {args.hr}: no such folder")
+    engine, ours = _our_networks(args.model, scales)
+    rows = []
+    for s, (name, net) in ours.items():
+        # both networks in the engine's memory format (channels-last on CPU: oneDNN's native layout)
+        imdn = IMDN(s).eval().to(memory_format=engine.memory_format)
+        inputs = [x.to(memory_format=engine.memory_format)
+                  for x in _lr_inputs(args.hr, s, args.images if args.images is not None else 10**9)]
+        with torch.inference_mode():
+            net(inputs[0])
+            imdn(inputs[0])  # warm-up: first calls allocate
+        mine, theirs = _time_side_by_side([net, imdn], inputs, args.rounds, s)
+        rows.append(PeerRow(s, name, count_params(net), count_params(imdn), count_macs(net) / 1e9,
+                            count_macs(imdn) / 1e9, len(inputs), mine, theirs))
+        print(f"  x{s}: {name} {mine:.3f} MP/s, IMDN {theirs:.3f} MP/s ({mine / theirs:.2f}x)", flush=True)
+    print(f"{torch.get_num_threads()} CPU thread(s), LR of {args.hr}")
+    print(table(rows))
+    if args.json:
+        write_json(args.json, {"threads": torch.get_num_threads(), "hr": args.hr,
+                               "rows": [{**asdict(r), "ratio": r.ratio} for r in rows]})
+    return 0
