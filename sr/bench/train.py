@@ -7,7 +7,9 @@ interleaved, one step each in turn, so that load from other processes hits all o
 reported step time is the median over ``--steps`` steps after ``--warmup`` untimed ones. ``x none``
 is the step time relative to the same preset with attention ``none`` (the conv-only network) in the
 same memory layout, which every preset is also run with. The trainer runs channels-last;
-``--layouts channels-last,contiguous`` times both.
+``--layouts channels-last,contiguous`` times both. ``--profile N`` then runs two more steps of each
+configuration under ``torch.profiler`` and lists its N costliest operators (self CPU time per step,
+calls per step): where a configuration's extra time goes.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: %(default)s, the trainer's)")
     add_timing_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed for weights and the batch (default 0)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also list each configuration's N costliest operators per step (default 0: off)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
@@ -94,6 +98,21 @@ class Step:
         return pixel.item()  # a host read per step, as a timed step must end with its work done
 
 
+PROFILED_STEPS = 2
+
+
+def profile_ops(step: Step, lr: torch.Tensor, hr: torch.Tensor, top: int) -> list[dict]:
+    """The ``top`` operators by self CPU time over ``PROFILED_STEPS`` steps, per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(PROFILED_STEPS):
+            step(lr, hr)
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    return [{"op": e.key, "self_ms": e.self_cpu_time_total / 1000 / PROFILED_STEPS,
+             "calls": e.count / PROFILED_STEPS} for e in ops[:top]]
+
+
 def _names(text: str, known, what: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
@@ -118,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     kinds = _names(args.kinds, list(ATTENTION_KINDS), "attention kind(s)")
     layouts = _names(args.layouts, list(LAYOUTS), "layout(s)")
     limits = (("--steps", args.steps, 1), ("--warmup", args.warmup, 0), ("--batch", args.batch, 1),
-              ("--patch", args.patch, 4))
+              ("--patch", args.patch, 4), ("--profile", args.profile, 0))
     for name, value, low in limits:
         if value < low:
             raise CLIError(f"{name} must be >= {low}, got {value}")
@@ -170,6 +189,13 @@ def run(args: argparse.Namespace) -> int:
             if r.layout != layouts[0]:
                 print(f"{r.preset} {r.attention}: {r.layout} step = "
                       f"{r.step_ms / first[(r.preset, r.attention)]:.2f}x {layouts[0]}'s")
+    profiles = {}
+    for cfg in configs if args.profile else []:
+        profiles["/".join(cfg)] = ops = profile_ops(steps[cfg], lr, hr, args.profile)
+        print(f"\n{' / '.join(cfg)}: top {len(ops)} operators, self CPU ms per step (calls per step)")
+        for o in ops:
+            print(f"  {o['op']:<40}{o['self_ms']:>9.1f}  ({o['calls']:g})")
     if args.json:
-        write_json(args.json, {"config": run_config(args, device), "results": [asdict(r) for r in results]})
+        payload = {"config": run_config(args, device), "results": [asdict(r) for r in results]}
+        write_json(args.json, {**payload, "profile": profiles} if profiles else payload)
     return 0

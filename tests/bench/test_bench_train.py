@@ -52,6 +52,21 @@ def test_two_layouts_are_timed_side_by_side_with_ratios_per_layout(tmp_path, cap
         assert r["ratio_to_none"] == pytest.approx(r["step_ms"] / base["step_ms"])
 
 
+def test_profile_lists_each_configurations_costliest_operators(tmp_path, capsys):
+    out = tmp_path / "train.json"
+    rc = main(["bench", "train", "--presets", "asa-base", "--kinds", "none", "--batch", "2", "--patch", "12",
+               "--steps", "1", "--warmup", "0", "--threads", "1", "--profile", "5", "--json", str(out)])
+    assert rc == 0
+    assert "asa-base / adaptive / channels-last: top 5 operators" in capsys.readouterr().out
+    profile = json.loads(out.read_text())["profile"]
+    assert set(profile) == {"asa-base/none/channels-last", "asa-base/adaptive/channels-last"}
+    for ops in profile.values():
+        assert len(ops) == 5 and all(o["self_ms"] > 0 and o["calls"] > 0 for o in ops)
+        assert [o["self_ms"] for o in ops] == sorted((o["self_ms"] for o in ops), reverse=True)
+    # only the attention network runs the attention's batched matmuls
+    assert "aten::bmm" not in {o["op"] for o in profile["asa-base/none/channels-last"]}
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -60,6 +75,7 @@ def test_two_layouts_are_timed_side_by_side_with_ratios_per_layout(tmp_path, cap
         (["--layouts", "nhwc"], "unknown layout(s) nhwc"),
         (["--steps", "0"], "--steps must be >= 1"),
         (["--batch", "0"], "--batch must be >= 1"),
+        (["--profile", "-1"], "--profile must be >= 0"),
         (["--json", "/nonexistent-dir/x.json"], "does not exist"),
     ],
 )
