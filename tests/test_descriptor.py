@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sr.descriptor import ModelDescriptor, family_of
+from sr import DEFAULT_MODEL
+from sr.descriptor import SCALES, ModelDescriptor, family_of
 from sr.inference import Upscaler, list_models
 from sr.io import DecodedImage
 from sr.models import NetConfig, SRNet, count_params
@@ -29,6 +30,13 @@ def test_a_shipped_model_described_and_loaded() -> None:
     # metadata only: the same answers before a tensor is read
     cheap = describe(desc.path)
     assert cheap.net is None and (cheap.k_max, cheap.align, cheap.scale) == (8.0, 8, 2)
+
+
+def test_the_default_family_ships_every_scale() -> None:
+    # what `sr upscale`, the engine and the service load when no model is named
+    name, found = find_models(DEFAULT_MODEL)
+    assert name == DEFAULT_MODEL and sorted(found) == list(SCALES)
+    assert all(d.family == DEFAULT_MODEL and d.validation for d in found.values())
 
 
 def test_a_tiny_model_without_attention(tmp_path: Path) -> None:

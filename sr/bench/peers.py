@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .. import DEFAULT_MODEL
 from ..errors import CLIError
 from .ablation import _lr_inputs, _time_side_by_side
 from .attention import set_threads, write_json
@@ -26,8 +27,9 @@ DEFAULT_HR = REPO.parent / "shared" / "datasets" / "benchmark" / "Set14"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="asa-base", metavar="NAME_OR_PATH",
-                   help="shipped family or name, or a .safetensors file (default: asa-base, every scale)")
+    p.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
+                   help=f"shipped family or name, or a .safetensors file (default: {DEFAULT_MODEL}, every"
+                   " scale)")
     p.add_argument("--scales", default="2,3,4",
                    help="scales to compare, of those the model has (default 2,3,4)")
     p.add_argument("--hr", default=str(DEFAULT_HR), help="folder of HR images (default: Set14)")

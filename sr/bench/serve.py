@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from .. import DEFAULT_MODEL
 from ..errors import CLIError
 
 MAX_REQUESTS = 10_000
@@ -37,7 +38,7 @@ HOST = "127.0.0.1"  # loopback only, by design
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="asa-base", help="model family to serve (default: asa-base)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model family to serve (default: {DEFAULT_MODEL})")
     p.add_argument("--weights-dir", default=None, help="weights folder (default: the package weights/)")
     p.add_argument("--tiny", action="store_true",
                    help="serve random-init asa-small-x2 weights from a temp folder (no weights needed)")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import DEFAULT_MODEL
 from ..errors import CLIError
 
 if TYPE_CHECKING:  # annotations only: the command imports the engine lazily
@@ -57,8 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="output folder (created if missing)")
     p.add_argument("-r", "--recursive", action="store_true",
                    help="scan folders recursively, keeping the sub-folder tree in OUTDIR (and ** in globs)")
-    p.add_argument("-m", "--model", default="asa-base",
-                   help="shipped model family (asa-base -> weights/asa-base-x{2,3,4}) or a .safetensors file")
+    p.add_argument("-m", "--model", default=DEFAULT_MODEL,
+                   help=f"shipped model family (default {DEFAULT_MODEL}: weights/{DEFAULT_MODEL}-x{{2,3,4}})"
+                   " or a .safetensors file")
     size = p.add_argument_group("output size (default: the model's smallest scale)")
     size.add_argument("-s", "--scale", type=int, choices=(2, 3, 4), help="model scale to use")
     size.add_argument("--outscale", type=float, metavar="S",

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import DEFAULT_MODEL
 from .. import weights as sr_weights
 from ..descriptor import ModelDescriptor
 from ..models import ATTENTION_PATHS, SRNet, set_attention_path
@@ -136,7 +137,7 @@ class Upscaler:
 
     def __init__(
         self,
-        model: str | Path | ModelDescriptor = "asa-base",
+        model: str | Path | ModelDescriptor = DEFAULT_MODEL,
         device: str = "auto",
         tile: int | str | None = "auto",
         tile_overlap: int = DEFAULT_TILE_OVERLAP,
