@@ -16,6 +16,7 @@ BENCHMARKS = {
     "budget": "does the attention budget follow detail; what halving it costs in PSNR and saves in time",
     "ablation": "training runs compared at equal compute: one table of quality, cost and speed",
     "peers": "CPU speed of our model against IMDN's published architecture, per scale, side by side",
+    "curves": "training curves on the new data: gains, dB per doubling, the gap to CARN-M",
 }
 
 
