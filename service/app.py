@@ -35,7 +35,7 @@ from fastapi.security import APIKeyHeader
 from fastapi.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
 
-from sr.inference import UpscaleError
+from sr.inference import DENOISE_MODELS, UpscaleError
 from sr.io import ImageError, read_size
 
 from .hub import ModelHub, UnknownModelError
@@ -58,11 +58,11 @@ log = logging.getLogger("sr.service")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 DOCS_ASSETS = "/docs-assets"  # Swagger UI's JS/CSS, from the swagger-ui-bundle wheel (works offline)
 MIME = mime_types()
-EXPOSED_HEADERS = ["Server-Timing", "X-Model", "X-Scale", "X-Image-Size", "X-Budget-Max",
+EXPOSED_HEADERS = ["Server-Timing", "X-Model", "X-Model-Choice", "X-Scale", "X-Image-Size", "X-Budget-Max",
                    "Content-Disposition"]
 # Form fields that take one value: a repeated one is refused rather than silently taking the last.
 SINGLE_FIELDS = ("file", "scale", "outscale", "width", "height", "model", "format", "quality", "budget_map",
-                 "tta")
+                 "tta", "denoise")
 # Status for a request whose client went away (nginx's convention; nobody reads it).
 CLIENT_CLOSED = 499
 
@@ -136,8 +136,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         408: "the upload stalled (no data for the body timeout)",
         413: "upload over the byte limit, or image over the pixel limit",
         415: "not an image, an animated image, or an unsupported pixel format",
-        422: "bad or repeated field: unknown model, unavailable scale, bad format or quality, "
-             "or an output / work over the server's limits",
+        422: "bad or repeated field: unknown model, unavailable scale, bad format, quality or denoise "
+             "(or denoise with a model other than photo / auto), or an output / work over the server's "
+             "limits",
         503: "model loading, or server busy (see Retry-After)",
         504: "request took longer than the server's time limit",
     }.items()
@@ -161,13 +162,18 @@ async def upscale(
                                            description="final factor, any real number")] = None,
     width: Annotated[int | None, Form(ge=1, le=65536, description="output width in pixels")] = None,
     height: Annotated[int | None, Form(ge=1, le=65536, description="output height in pixels")] = None,
-    model: Annotated[str | None, Form(max_length=128, description="a name from GET /v1/models")] = None,
+    model: Annotated[str | None, Form(max_length=128, description="a name from GET /v1/models; auto: photo "
+                                      "for lossy uploads (JPEG, lossy WebP), asa-base for the rest")] = None,
     fmt: Annotated[Literal[request_formats()],  # type: ignore[valid-type]
                    Form(alias="format", description="output format; same: the upload's, else PNG")] = "same",
     quality: Annotated[int, Form(ge=1, le=100, description="JPEG/WebP quality")] = 95,
     budget_map: Annotated[bool, Form(description="return the attention-budget heat-map PNG instead")] = False,
     tta: Annotated[bool, Form(description="quality mode: average the model over 8 flips/rotations "
                                           "(sharper, 8x the compute; gain: the model card)")] = False,
+    denoise: Annotated[float | None, Form(ge=0, le=1, allow_inf_nan=False,
+                                          description="photo and auto only: 0..1, photo's weights blended "
+                                                      "with asa-base's, (1-D)*asa-base + D*photo "
+                                                      "(default 1: photo as trained)")] = None,
 ) -> Response:
     start = time.perf_counter()
     settings, hub = service.settings, service.hub
@@ -179,8 +185,11 @@ async def upscale(
         family, implied = hub.resolve(model)
     except UnknownModelError as e:
         raise HTTPException(422, detail=str(e)) from None
+    if denoise is not None and not hub.takes_denoise(family):
+        raise HTTPException(422, detail=f"denoise applies only to the models {' and '.join(DENOISE_MODELS)}, "
+                                        f"not {family!r}; leave it out or choose one of them")
     try:
-        engine = hub.engine(family)
+        engine = hub.engine(family, denoise)
     except UpscaleError as e:  # a listed model whose file is unusable: the server's fault, not the client's
         raise HTTPException(503, detail=f"model {family} is unavailable: {e}") from None
     if implied is not None and scale is not None and scale != implied:
@@ -231,6 +240,7 @@ async def upscale(
         "Content-Disposition": f'attachment; filename="{name}"',
         "Server-Timing": ", ".join(f"{k};dur={v:.1f}" for k, v in timings.items()),
         "X-Model": result.model,
+        **({"X-Model-Choice": result.choice} if result.choice else {}),
         "X-Scale": str(result.scale),
         "X-Image-Size": f"{result.size[0]}x{result.size[1]}",
         "X-Content-Type-Options": "nosniff",
@@ -277,10 +287,9 @@ async def preview(
 @v1.get("/models", summary="Models offered, with scales, parameters and Set5 PSNR")
 def models(service: Annotated[Service, Depends(get_service)]) -> dict[str, Any]:
     hub = service.hub
-    families = [{"name": f, "scales": s, "default": f == hub.default} for f, s in hub.families().items()]
     return {
         "default": hub.default,
-        "families": families,
+        "families": hub.family_list(),
         "models": hub.catalog(),
     }
 

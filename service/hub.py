@@ -3,18 +3,26 @@
 The configured default family is loaded and warmed once, at start-up, in a background thread
 (``/readyz`` answers 503 until it is done). Other families found in the weights folder are built on
 first use. A client names a model only by a catalogue name, never by a path.
+
+``auto`` is offered as one more family when the folder holds both of its sides (the default family
+and the photo family: :mod:`sr.inference.model_choice`), at their common scales. A ``denoise``
+strength other than the default gets its own engine (photo blended with the default family); the
+most recently used :data:`MAX_DENOISE_ENGINES` of those are kept.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sr import AUTO_MODEL, DEFAULT_MODEL, PHOTO_MODEL
 from sr.descriptor import family_of
+from sr.inference.model_choice import DEFAULT_DENOISE, DENOISE_MODELS, check_denoise, takes_denoise
 
 from .settings import Settings
 
@@ -22,6 +30,11 @@ log = logging.getLogger("sr.service")
 
 # Catalogue keys a client may see (a server-side file path is not one of them).
 _HIDDEN_KEYS = {"path"}
+# Engines kept for denoise strengths other than the default (each holds its blended weights, ~1.4 MB
+# per scale for asa-base): a client sweeping the slider does not grow the server without bound.
+MAX_DENOISE_ENGINES = 8
+AUTO_DESCRIPTION = (f"per upload: {PHOTO_MODEL} for lossy files (JPEG, lossy WebP), {DEFAULT_MODEL} "
+                    "for the rest")
 
 
 class UnknownModelError(LookupError):
@@ -33,6 +46,7 @@ class ModelHub:
         self.settings = settings
         self._lock = threading.Lock()
         self._engines: dict[str, Any] = {}
+        self._denoise_engines: OrderedDict[tuple[str, float], Any] = OrderedDict()  # LRU, bounded
         self.state = "loading"            # loading | ready | failed
         self.error: str | None = None
         self.loaded_event = threading.Event()
@@ -61,15 +75,33 @@ class ModelHub:
 
     def budget_k_max(self, family: str) -> float | None:
         """The largest per-pixel attention budget the family's models allow: the heat map's top colour
-        (each model's ``k_max`` as its descriptor states it)."""
-        values = [m["k_max"] for m in self.catalog() if m["family"] == family and m.get("k_max")]
+        (each model's ``k_max`` as its descriptor states it; auto: both of its sides')."""
+        members = (DEFAULT_MODEL, PHOTO_MODEL) if family == AUTO_MODEL else (family,)
+        values = [m["k_max"] for m in self.catalog() if m["family"] in members and m.get("k_max")]
         return max(values) if values else None
 
     def families(self) -> dict[str, list[int]]:
+        """{family: scales}, with auto when both of its sides are here (at their common scales)."""
         out: dict[str, list[int]] = {}
         for m in self.catalog():
             out.setdefault(str(m["family"]), []).append(int(m["scale"]))
-        return {k: sorted(set(v)) for k, v in sorted(out.items())}
+        found = {k: sorted(set(v)) for k, v in sorted(out.items())}
+        if self._default_file is None and DEFAULT_MODEL in found and PHOTO_MODEL in found:
+            common = sorted(set(found[DEFAULT_MODEL]) & set(found[PHOTO_MODEL]))
+            if common:
+                found[AUTO_MODEL] = common
+        return found
+
+    def family_list(self) -> list[dict[str, Any]]:
+        """What GET /v1/models says of each family: name, scales, default, whether it takes denoise."""
+        out = []
+        for name, scales in self.families().items():
+            entry: dict[str, Any] = {"name": name, "scales": scales, "default": name == self.default,
+                                     "denoise": self.takes_denoise(name)}
+            if name == AUTO_MODEL:
+                entry["description"] = AUTO_DESCRIPTION
+            out.append(entry)
+        return out
 
     def resolve(self, name: str | None) -> tuple[str, int | None]:
         """A client's model name -> (family, scale the name implies or None)."""
@@ -83,21 +115,47 @@ class ModelHub:
         offered = sorted([*families, *(f"{f}-x{s}" for f, scales in families.items() for s in scales)])
         raise UnknownModelError(f"unknown model {name!r}; available: {', '.join(offered) or 'none'}")
 
+    def takes_denoise(self, family: str) -> bool:
+        """Whether ``family`` accepts a denoise strength (photo and auto; not a served weights file)."""
+        own_file = self._default_file is not None and family == self.default
+        return not own_file and takes_denoise(family)
+
     # --- engines ---------------------------------------------------------------------------
-    def engine(self, family: str) -> Any:
-        """The Upscaler for ``family`` (built once; the engine itself loads weights lazily, thread-safe)."""
+    def engine(self, family: str, denoise: float | None = None) -> Any:
+        """The Upscaler for ``family`` at ``denoise`` (photo and auto; ValueError for other families),
+        built once; the engine itself loads weights lazily, thread-safe."""
+        if not self.takes_denoise(family):
+            if denoise is not None:
+                raise ValueError(f"denoise applies only to the models {' and '.join(DENOISE_MODELS)}, "
+                                 f"not {family!r}")
+            strength = None
+        else:
+            strength = check_denoise(family, denoise)
         with self._lock:
+            if strength is not None and strength != DEFAULT_DENOISE:
+                key = (family, strength)
+                up = self._denoise_engines.get(key)
+                if up is None:
+                    up = self._build(family, strength)
+                    self._denoise_engines[key] = up
+                    while len(self._denoise_engines) > MAX_DENOISE_ENGINES:
+                        self._denoise_engines.popitem(last=False)  # a running job keeps its own reference
+                self._denoise_engines.move_to_end(key)
+                return up
             up = self._engines.get(family)
             if up is None:
-                from sr.inference import Upscaler
-
-                s = self.settings
-                own_file = self._default_file is not None and family == self.default
-                source = str(self._default_file) if own_file else family
-                up = Upscaler(model=source, device=s.device, tile=s.tile, weights_dir=s.weights_dir,
-                              threads=s.threads)
+                up = self._build(family, None)
                 self._engines[family] = up
             return up
+
+    def _build(self, family: str, denoise: float | None) -> Any:
+        from sr.inference import Upscaler
+
+        s = self.settings
+        own_file = self._default_file is not None and family == self.default
+        source = str(self._default_file) if own_file else family
+        return Upscaler(model=source, device=s.device, tile=s.tile, weights_dir=s.weights_dir,
+                        threads=s.threads, denoise=denoise)
 
     def load_default(self) -> None:
         """Build the default engine and run a tiny image through every scale (loads and warms them)."""
@@ -108,6 +166,7 @@ class ModelHub:
                     f"(available: {', '.join(self.families()) or 'none'})")
             up = self.engine(self.default)
             if self.settings.preload:
+                up.load()  # every scale (auto: both of its sides)
                 from sr.io import DecodedImage
 
                 tiny = DecodedImage(pixels=np.full((16, 16, 3), 0.5, np.float32), alpha=None, bit_depth=8,

@@ -71,6 +71,7 @@ class JobResult:
     scale: int
     size: tuple[int, int]     # output (width, height)
     timings_ms: dict[str, float]
+    choice: str = ""          # model "auto": what it chose and why, e.g. "auto: photo (JPEG, quality ~72)"
 
 
 def run_job(engine: Any, req: JobRequest) -> JobResult:
@@ -83,8 +84,10 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
     plan_work(engine, img.width, img.height, req)
     _check_stop(req)
     t1 = time.perf_counter()
+    # source: the upload's bytes, from which model "auto" tells lossy from lossless
     res = engine.upscale(img, scale=req.scale, outscale=req.outscale, width=req.width, height=req.height,
-                         with_budget_map=req.budget_map, tta=req.tta, should_stop=req.should_stop)
+                         with_budget_map=req.budget_map, tta=req.tta, should_stop=req.should_stop,
+                         source=req.data)
     _check_stop(req)
     t2 = time.perf_counter()
     if req.budget_map:
@@ -98,6 +101,7 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
     out = res.image
     return JobResult(
         body=body, fmt=fmt, model=res.model, scale=res.scale, size=(out.width, out.height),
+        choice=res.choice.describe() if res.choice is not None else "",
         timings_ms={"queue": (t0 - req.submitted) * 1e3, "decode": (t1 - t0) * 1e3,
                     "upscale": (t2 - t1) * 1e3, "encode": (t3 - t2) * 1e3},
     )

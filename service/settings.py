@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sr import DEFAULT_MODEL
+from sr import DEFAULT_CHOICE
 
 # Multipart boundaries and the small form fields ride on top of the file itself.
 FORM_OVERHEAD_BYTES = 64 * 1024
@@ -25,7 +25,7 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    model: str = DEFAULT_MODEL                 # family name in weights_dir, or a .safetensors path
+    model: str = DEFAULT_CHOICE                # family name in weights_dir, "auto", or a .safetensors path
     device: str = "auto"                      # auto | cpu | cuda | cuda:N | mps
     workers: int = 1                          # inference jobs running at once (threads, one model)
     max_queue: int = 4                        # jobs allowed to wait for a worker; more -> 503

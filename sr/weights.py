@@ -7,12 +7,17 @@ one clear :class:`WeightsError`.
 
 Names become files here and only here: :func:`describe` / :func:`load_model` give one model's
 :class:`~sr.descriptor.ModelDescriptor`, :func:`find_models` a family's (one per scale) and
-:func:`catalog` every model of a folder.
+:func:`catalog` every model of a folder. :func:`load_blend` interpolates two models of one
+architecture tensor by tensor (network interpolation: ``--denoise``).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -176,3 +181,90 @@ def catalog(weights_dir: str | Path | None = None) -> list[ModelDescriptor]:
         except WeightsError:
             continue  # an unreadable file is not a model; loading it by name reports why
     return out
+
+
+# -- network interpolation ---------------------------------------------------------------------
+# Blended state dicts kept (CPU tensors, ~1.4 MB each for asa-base): a few strengths x 3 scales.
+BLEND_CACHE_SIZE = 16
+
+
+def blend_state_dicts(
+    base: Mapping[str, torch.Tensor], other: Mapping[str, torch.Tensor], amount: float
+) -> dict[str, torch.Tensor]:
+    """Every tensor ``(1 - amount) * base + amount * other`` (same keys and shapes; amount in [0, 1]).
+
+    Meaningful for two networks fine-tuned from the same weights (network interpolation, as in
+    ESRGAN's). ``amount`` 0 and 1 return exact copies of ``base`` and ``other``; tensors that are not
+    floating point (counters) must be equal in both and are copied.
+    """
+    if not (isinstance(amount, (int, float)) and math.isfinite(amount) and 0 <= amount <= 1):
+        raise ValueError(f"blend amount must be a number in [0, 1], got {amount!r}")
+    if base.keys() != other.keys():
+        only = sorted(set(base) ^ set(other))
+        raise ValueError(f"the two state dicts have different tensors ({', '.join(only[:5])})")
+    out = {}
+    for key, a in base.items():
+        b = other[key]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise ValueError(f"tensor {key}: {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}")
+        if amount == 0 or not a.is_floating_point():
+            if not a.is_floating_point() and not torch.equal(a, b):
+                raise ValueError(f"tensor {key} is not floating point and differs between the two")
+            out[key] = a.clone()
+        elif amount == 1:
+            out[key] = b.clone()
+        else:
+            out[key] = (1 - amount) * a + amount * b
+    return out
+
+
+def _file_key(path: Path) -> tuple[str, int, int]:
+    """A cache key that changes when the file is replaced (provisional weights get overwritten)."""
+    st = path.stat()
+    return str(path.resolve()), st.st_mtime_ns, st.st_size
+
+
+@lru_cache(maxsize=BLEND_CACHE_SIZE)
+def _blended_state(base: tuple[str, int, int], other: tuple[str, int, int], amount: float) -> dict:
+    try:
+        a, b = load_file(base[0]), load_file(other[0])
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise WeightsError(f"corrupt tensor data ({e})") from None
+    return blend_state_dicts(a, b, amount)
+
+
+def load_blend(
+    base: str | Path | ModelDescriptor,
+    other: str | Path | ModelDescriptor,
+    amount: float,
+    map_location: str | torch.device = "cpu",
+    name: str | None = None,
+) -> ModelDescriptor:
+    """``other``'s descriptor with a network whose every tensor is (1 - amount) * base + amount * other.
+
+    Both must be weights files of one architecture (same config metadata). The blended state dict is
+    cached per (files, amount), so each strength of each scale is computed once; every call builds
+    its own network from it. ``name`` defaults to "<other>@<amount>".
+    """
+    a = base if isinstance(base, ModelDescriptor) else describe(resolve_weights(str(base)))
+    b = other if isinstance(other, ModelDescriptor) else describe(resolve_weights(str(other)))
+    if a.path is None or b.path is None:
+        raise WeightsError("blending needs two weights files")
+    if a.config.to_dict() != b.config.to_dict():
+        raise WeightsError(f"cannot blend {a.name} and {b.name}: their architectures differ")
+    if not (isinstance(amount, (int, float)) and math.isfinite(amount) and 0 <= amount <= 1):
+        raise WeightsError(f"blend amount must be a number in [0, 1], got {amount!r}")
+    try:
+        state = _blended_state(_file_key(a.path), _file_key(b.path), float(amount))
+    except WeightsError as e:
+        raise WeightsError(f"{a.path} / {b.path}: {e}") from None
+    except (OSError, ValueError) as e:
+        raise WeightsError(f"cannot blend {a.path} and {b.path}: {e}") from None
+    net = SRNet(b.config)
+    try:
+        net.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise WeightsError(f"{b.path}: blended weights do not match the architecture: {e}") from None
+    net = net.to(map_location).eval()
+    meta = {**b.meta, "blend": json.dumps({"base": a.name, "other": b.name, "amount": float(amount)})}
+    return replace(b, name=name or f"{b.name}@{float(amount):g}", meta=meta, net=net)

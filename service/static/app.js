@@ -9,7 +9,7 @@ const state = {
   afterUrl: null,     // object URL of the result
   budgetUrl: null,    // object URL of the budget heat map for the current result
   request: null,      // the form fields that produced the current result
-  families: [],       // [{name, scales, default}]
+  families: [],       // [{name, scales, default, denoise, description?}]
   models: [],         // catalogue entries
   modelsError: "",    // why the model list could not be loaded (e.g. the server needs a key)
   beforeNote: "",     // how "before" was obtained, or why it cannot be shown
@@ -80,6 +80,7 @@ async function loadModels() {
     state.models = [];
     $("model").innerHTML = "";
     $("scale").innerHTML = "";
+    updateDenoise();
     state.modelsError = res.status === 401
       ? ($("api-key").value.trim() ? "the API key is wrong. Check it below."
         : "this server needs an API key. Enter it below.")
@@ -104,21 +105,36 @@ async function loadModels() {
   setBusy(false);
 }
 
+function currentFamily() {
+  return state.families.find((f) => f.name === $("model").value);
+}
+
 function fillScales() {
-  const fam = state.families.find((f) => f.name === $("model").value);
+  const fam = currentFamily();
   const sel = $("scale");
   const previous = sel.value;
   sel.innerHTML = "";
   for (const s of fam ? fam.scales : []) sel.add(new Option(`×${s}`, String(s)));
   if ([...sel.options].some((o) => o.value === previous)) sel.value = previous;
+  updateDenoise();
   describeModel();
+}
+
+// The denoise slider applies to the models that take it (photo, auto: `denoise` in /v1/models).
+function updateDenoise() {
+  const fam = currentFamily();
+  const on = Boolean(fam && fam.denoise);
+  $("denoise").disabled = !on;
+  $("denoise-row").hidden = !on;
+  $("denoise-value").textContent = Number($("denoise").value).toFixed(2);
 }
 
 function describeModel() {
   const name = $("model").value;
   const scale = Number($("scale").value);
   const entry = state.models.find((m) => m.family === name && Number(m.scale) === scale);
-  if (!entry) { $("model-info").textContent = ""; return; }
+  const fam = currentFamily();
+  if (!entry) { $("model-info").textContent = fam && fam.description ? fam.description : ""; return; }
   const parts = [entry.name];
   if (entry.params) parts.push(`${(entry.params / 1000).toFixed(0)}k parameters`);
   if (entry.set5_psnr != null) parts.push(`Set5 PSNR ${Number(entry.set5_psnr).toFixed(2)} dB`);
@@ -203,8 +219,10 @@ async function loadPreview(file) {
 
 // --- upscale ----------------------------------------------------------------------------------
 function currentFields() {
-  return { model: $("model").value, scale: $("scale").value, format: $("format").value,
-           quality: $("quality").value, tta: $("tta").checked ? "true" : "false" };
+  const fields = { model: $("model").value, scale: $("scale").value, format: $("format").value,
+                   quality: $("quality").value, tta: $("tta").checked ? "true" : "false" };
+  if (!$("denoise").disabled) fields.denoise = $("denoise").value;
+  return fields;
 }
 
 // POST the file with `fields`; resolves {blob, xhr}, rejects with a readable message.
@@ -294,7 +312,7 @@ function showResult(xhr, blob) {
       link.href = state.afterUrl;
       link.download = filenameOf(xhr, "upscaled.png");
       $("info").textContent = [`${w}×${h}`, xhr.getResponseHeader("X-Model"),
-        formatBytes(blob.size)].filter(Boolean).join(" · ");
+        xhr.getResponseHeader("X-Model-Choice"), formatBytes(blob.size)].filter(Boolean).join(" · ");
       setSlider($("slider").value);
       resolve();
     };
@@ -402,6 +420,7 @@ function init() {
   });
   $("model").addEventListener("change", fillScales);
   $("scale").addEventListener("change", describeModel);
+  $("denoise").addEventListener("input", updateDenoise);
   $("format").addEventListener("change", updateQuality);
   $("upscale").addEventListener("click", upscale);
   $("slider").addEventListener("input", (e) => setSlider(Number(e.target.value)));

@@ -3,6 +3,11 @@
 
 Everything that can be checked before scoring (folders, LR/HR pairing and sizes, weights, scale,
 output paths) is checked first, so a bad invocation fails fast and writes nothing.
+
+``--degrade LEVEL[,LEVEL...]|all`` scores degraded sets instead of the bicubic LR: for each HR folder
+and level the seeded set of :mod:`sr.evaluation.degraded` is built in (or reused from) ``--degrade-dir``
+(default ``runs/degraded``, the layout of ``sr degrade -o``) and scored as ``--lr`` folders against
+the clean HR, with a "blind mean" row (mild/medium/heavy) per HR folder.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import io
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +33,9 @@ if TYPE_CHECKING:
     from ..evaluation import SetPlan, SetResult, UpscaleFn
 
 MAX_BICUBIC_SCALE = 8
+DEFAULT_DEGRADE_DIR = "runs/degraded"
+# the levels whose mean is the "blind" row: unknown blur, noise and JPEG (web is resize + JPEG only)
+BLIND_LEVELS = ("mild", "medium", "heavy")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +44,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--lr", nargs="+", metavar="DIR",
         help="LR folders, one per --hr, matched by file stem (default: MATLAB-bicubic LR made from HR)",
     )
+    p.add_argument(
+        "--degrade", metavar="LEVEL",
+        help="score seeded degraded LR sets instead: web, mild, medium, heavy, a comma list or all "
+             "(built once into --degrade-dir, as `sr degrade` builds them; not with --lr)",
+    )
+    p.add_argument("--degrade-seed", type=int, default=None, metavar="N",
+                   help="seed of the degraded sets (default: 2026, as `sr degrade`)")
+    p.add_argument("--degrade-dir", default=None, metavar="DIR",
+                   help=f"where degraded sets are built and reused (default: {DEFAULT_DEGRADE_DIR}, "
+                        "relative to the current folder)")
     p.add_argument("--scale", type=int, required=True, help="upscaling factor (models: 2, 3 or 4)")
     p.add_argument(
         "--model", default="bicubic",
@@ -158,23 +177,52 @@ def _num(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def results_json(results: list[SetResult], header: dict) -> str:
+@dataclass
+class BlindMean:
+    """The mean of one HR folder's mild/medium/heavy sets (each set's mean, then their mean)."""
+
+    name: str
+    hr_dir: Path
+    levels: list[str]
+    psnr: float
+    ssim: float
+    images: int
+
+
+def results_json(
+    results: list[SetResult], header: dict, levels: dict[str, str] | None = None,
+    blind: list[BlindMean] | None = None,
+) -> str:
+    """``levels``: set name -> degradation level of the --degrade sets; ``blind``: their blind means."""
     sets = []
     for r in results:
-        sets.append({
+        entry = {
             "name": r.plan.name,
             "hr": str(r.plan.hr_dir),
             "lr": str(r.plan.lr_dir) if r.plan.lr_dir else None,
+        }
+        if levels:
+            entry["level"] = levels.get(r.plan.name)
+        sets.append({
+            **entry,
             "images": len(r.rows),
             "psnr": _num(r.psnr),
             "ssim": r.ssim,
             "seconds": round(r.seconds, 3),
             "per_image": [{"image": n, "psnr": _num(p), "ssim": s} for n, p, s in r.rows],
         })
-    return json.dumps({**header, "sets": sets}, indent=2) + "\n"
+    doc = {**header, "sets": sets}
+    if blind is not None:
+        doc["blind_means"] = [
+            {"name": b.name, "hr": str(b.hr_dir), "levels": b.levels, "images": b.images,
+             "psnr": _num(b.psnr), "ssim": b.ssim}
+            for b in blind
+        ]
+    return json.dumps(doc, indent=2) + "\n"
 
 
-def results_csv(results: list[SetResult]) -> str:
+def results_csv(results: list[SetResult], blind: list[BlindMean] | None = None) -> str:
+    """Rows of kind ``image`` and ``mean`` per set, then one ``blind-mean`` row per blind mean."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["set", "kind", "image", "psnr", "ssim"])
@@ -182,7 +230,28 @@ def results_csv(results: list[SetResult]) -> str:
         for n, p, s in r.rows:
             w.writerow([r.plan.name, "image", n, f"{p:.4f}", f"{s:.4f}"])
         w.writerow([r.plan.name, "mean", "", f"{r.psnr:.4f}", f"{r.ssim:.4f}"])
+    for b in blind or []:
+        w.writerow([b.name, "blind-mean", "", f"{b.psnr:.4f}", f"{b.ssim:.4f}"])
     return buf.getvalue()
+
+
+def blind_means(results: list[SetResult], levels: dict[str, str], scale: int) -> list[BlindMean]:
+    """Per HR folder, the mean of its mild/medium/heavy sets' means when more than one was scored."""
+    from ..evaluation import set_name
+
+    by_hr: dict[Path, list[SetResult]] = {}
+    for r in results:
+        if levels.get(r.plan.name) in BLIND_LEVELS:
+            by_hr.setdefault(r.plan.hr_dir, []).append(r)
+    out = []
+    for hr_dir, rs in by_hr.items():
+        if len(rs) < 2:
+            continue
+        out.append(BlindMean(
+            f"{set_name(hr_dir)}-blind-mean-x{scale}", hr_dir, [levels[r.plan.name] for r in rs],
+            float(np.mean([r.psnr for r in rs])), float(np.mean([r.ssim for r in rs])), len(rs[0].rows),
+        ))
+    return out
 
 
 def _row(name: str, width: int, p: float, s: float) -> str:
@@ -237,7 +306,24 @@ def run(args: argparse.Namespace) -> int:
     json_path, csv_path = _check_output(args.json, "--json"), _check_output(args.csv, "--csv")
     if args.save and Path(args.save).exists() and not Path(args.save).is_dir():
         raise CLIError(f"--save {args.save} exists and is not a folder")
-    plans = plan_sets(args.hr, args.lr, scale)
+    degrade = getattr(args, "degrade", None)
+    seed, degrade_dir = getattr(args, "degrade_seed", None), getattr(args, "degrade_dir", None)
+    if degrade is None and (seed is not None or degrade_dir is not None):
+        raise CLIError("--degrade-seed and --degrade-dir go with --degrade")
+    targets = None
+    if degrade is not None:
+        from ..evaluation.degraded import DEFAULT_SEED
+        from .degrade import parse_levels, plan_degraded
+
+        if args.lr is not None:
+            raise CLIError("--degrade and --lr exclude each other (--degrade makes the LR sets)")
+        levels = parse_levels(degrade, "--degrade")
+        seed = DEFAULT_SEED if seed is None else seed
+        degrade_dir = Path(degrade_dir or DEFAULT_DEGRADE_DIR)
+        targets = plan_degraded(args.hr, levels, scale, degrade_dir, seed)  # checks the HR folders too
+        plans = []
+    else:
+        plans = plan_sets(args.hr, args.lr, scale)
     device = pick_device(args.device)  # checked even for bicubic, so a typo never passes silently
     if bicubic:
         if args.tta or args.budget is not None:
@@ -246,14 +332,34 @@ def run(args: argparse.Namespace) -> int:
     else:
         upscale, model_desc = load_model(args.model, scale, device, args.tta, args.budget)
 
+    set_levels: dict[str, str] = {}
+    if targets is not None:
+        from .degrade import build_targets
+
+        build_targets(targets, scale, seed, quiet=args.quiet)  # the only writes before scoring
+        plans = plan_sets([str(t.hr_dir) for t in targets], [str(t.out) for t in targets], scale)
+        for plan, t in zip(plans, targets, strict=True):
+            plan.name = t.out.name  # <set>-<level>-x<S>, the name training logs give a --val-lr set
+            set_levels[plan.name] = t.level
+
     chan = "Y" if args.channel == "y" else "RGB"
     print(f"model: {model_desc}   scale: x{scale}   scored on: {chan}, {scale}-pixel border cropped")
+    if targets is not None:
+        print(f"degraded LR: {', '.join(dict.fromkeys(t.level for t in targets))} "
+              f"(seed {seed}, sets in {degrade_dir})")
     t0 = time.perf_counter()
     results = [score_set(plan, upscale, args) for plan in plans]
-    width = max(12, *(len(r.plan.name) for r in results))
+    blind = blind_means(results, set_levels, scale) if targets is not None else None
+    width = max(12, *(len(r.plan.name) for r in results), *(len(b.name) for b in blind or []))
     print(f"\n  {'set':<{width}}  {'images':>6}  {'PSNR':>8}  {'SSIM':>7}")
+    last = {r.plan.hr_dir: r for r in results}  # a folder's blind mean follows its last set
     for r in results:
         print(f"  {r.plan.name:<{width}}  {len(r.rows):>6}  {r.psnr:>8.4f}  {r.ssim:>7.4f}")
+        for b in blind or []:
+            if last[b.hr_dir] is r:
+                print(f"  {b.name:<{width}}  {b.images:>6}  {b.psnr:>8.4f}  {b.ssim:>7.4f}")
+    if blind:
+        print(f"\n  blind mean = the mean of a folder's {', '.join(BLIND_LEVELS)} sets scored here")
 
     header = {
         "model": args.model,
@@ -264,9 +370,12 @@ def run(args: argparse.Namespace) -> int:
         "crop_border": scale,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+    if targets is not None:
+        header["degrade"] = {"levels": list(dict.fromkeys(t.level for t in targets)), "seed": seed,
+                             "dir": str(degrade_dir)}
     # Written only once everything is scored, each atomically: never a partial results file.
     if json_path:
-        _atomic_write_bytes(json_path, results_json(results, header).encode())
+        _atomic_write_bytes(json_path, results_json(results, header, set_levels, blind).encode())
     if csv_path:
-        _atomic_write_bytes(csv_path, results_csv(results).encode())
+        _atomic_write_bytes(csv_path, results_csv(results, blind).encode())
     return 0

@@ -13,7 +13,7 @@ import socket
 import sys
 from pathlib import Path
 
-from .. import DEFAULT_MODEL
+from .. import AUTO_MODEL, DEFAULT_CHOICE, PHOTO_MODEL
 from ..errors import CLIError
 
 
@@ -22,8 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, loopback only)")
     a("--port", type=int, default=8000, help="TCP port (default: 8000)")
     a("--model", default=None,
-      help=f"model family in the weights folder (e.g. asa-base) or a .safetensors file"
-      f" [SR_MODEL; {DEFAULT_MODEL}]")
+      help=f"default model: a family in the weights folder (e.g. asa-base, {PHOTO_MODEL}), {AUTO_MODEL} "
+      f"(per upload: {PHOTO_MODEL} for lossy files, else asa-base) or a .safetensors file "
+      f"[SR_MODEL; {DEFAULT_CHOICE}]")
     a("--weights-dir", default=None, help="folder of <model>-x<scale>.safetensors [SR_WEIGHTS_DIR]")
     a("--device", default=None, help="auto | cpu | cuda | cuda:N | mps [SR_DEVICE; auto]")
     a("--workers", type=int, default=None, help="inference jobs run at once [SR_WORKERS; 1]")

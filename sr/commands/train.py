@@ -26,6 +26,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             p.add_argument(flag, nargs="*", default=None, metavar="DIR",
                            help="folders of HR validation images, one set each (default: none = no "
                                 "validation and no best.pt)")
+        elif name == "val_lr":
+            p.add_argument(flag, nargs="*", default=None, metavar="DIR",
+                           help="LR folders, one per --val folder, matched by file name (e.g. a degraded "
+                                "set made by `sr degrade`; default: bicubic LR made from each HR)")
+        elif name == "degrade":
+            from ..data.degrade import TRAINING_CONFIGS
+
+            p.add_argument(flag, choices=("", *TRAINING_CONFIGS), default=None,
+                           help="train on degraded input (blur, resize kernels, noise, JPEG; 25%% clean) "
+                                "from a seeded pool of --pool patch pairs (default: clean bicubic LR)")
         elif name == "rescale":
             p.add_argument(flag, nargs="*", type=float, default=None, metavar="FACTOR",
                            help="also train on each HR image downscaled by these factors in (0, 1), "

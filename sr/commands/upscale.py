@@ -20,11 +20,12 @@ import queue
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import DEFAULT_MODEL
+from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL, PHOTO_MODEL
 from ..errors import CLIError
 
 if TYPE_CHECKING:  # annotations only: the command imports the engine lazily
@@ -49,6 +50,16 @@ def same_format(src: Path) -> str:
     return next((f.user_name for f in FORMATS.values() if f.writable and suffix in f.suffixes), "png")
 
 
+def denoise_arg(text: str) -> float:
+    """argparse type of ``--denoise``: a number from 0 to 1 (a bad value exits 2 with the reason)."""
+    from ..inference import parse_denoise
+
+    try:
+        return parse_denoise(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..inference import ALPHA_MODES, DEFAULT_TILE_OVERLAP
     from ..io import DEFAULT_MAX_PIXELS
@@ -58,9 +69,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="output folder (created if missing)")
     p.add_argument("-r", "--recursive", action="store_true",
                    help="scan folders recursively, keeping the sub-folder tree in OUTDIR (and ** in globs)")
-    p.add_argument("-m", "--model", default=DEFAULT_MODEL,
-                   help=f"shipped model family (default {DEFAULT_MODEL}: weights/{DEFAULT_MODEL}-x{{2,3,4}})"
-                   " or a .safetensors file")
+    family = f"weights/{DEFAULT_CHOICE}-x{{2,3,4}}" if DEFAULT_CHOICE != AUTO_MODEL else "see auto below"
+    p.add_argument("-m", "--model", default=DEFAULT_CHOICE,
+                   help=f"shipped model family (default {DEFAULT_CHOICE}: {family}; {PHOTO_MODEL}: "
+                        "fine-tuned on blurred, noisy, JPEG-compressed inputs), a full name "
+                        f"({DEFAULT_MODEL}-x2), a .safetensors file, or '{AUTO_MODEL}': per input file, "
+                        f"{PHOTO_MODEL} for lossy files (JPEG, lossy WebP) and {DEFAULT_MODEL} for the rest, "
+                        "read from the file itself")
+    p.add_argument("--denoise", type=denoise_arg, default=None, metavar="D",
+                   help=f"0..1, with --model {PHOTO_MODEL} or {AUTO_MODEL} only: run {PHOTO_MODEL} "
+                        f"blended with {DEFAULT_MODEL} of the same scale, every weight "
+                        f"(1-D)*{DEFAULT_MODEL} + D*{PHOTO_MODEL} (0 = {DEFAULT_MODEL} exactly; default "
+                        f"1 = {PHOTO_MODEL} as trained; {AUTO_MODEL}'s lossless inputs always get "
+                        f"{DEFAULT_MODEL})")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print each written file with the model it got (with auto: why)")
     size = p.add_argument_group("output size (default: the model's smallest scale)")
     size.add_argument("-s", "--scale", type=int, choices=(2, 3, 4), help="model scale to use")
     size.add_argument("--outscale", type=float, metavar="S",
@@ -214,13 +237,15 @@ def plan_outputs(jobs: list[Job], outdir: Path, fmt: str, suffix: str, args: arg
 class Stats:
     """Counters shared by the pipeline threads, and the progress bar they update."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, verbose: bool = False) -> None:
         from tqdm import tqdm
 
         self.lock = threading.Lock()
         self.done = self.failed = 0
         self.out_pixels = 0
         self.warned = False
+        self.verbose = verbose
+        self.chosen: Counter[str] = Counter()  # model="auto": files per family chosen
         self.bar = tqdm(total=total, unit="img", disable=None, file=sys.stderr, dynamic_ncols=True)
 
     def fail(self, path: Path, reason: str) -> None:
@@ -242,8 +267,13 @@ class Stats:
             self.bar.write(NO_BUDGET_MAPS, file=sys.stderr)
         if written.problem is not None:
             self.fail(job.src, written.problem)
-        else:
-            self.ok(written.pixels)
+            return
+        with self.lock:
+            if written.chosen:
+                self.chosen[written.chosen] += 1
+            if self.verbose:
+                self.bar.write(f"{job.src} -> {job.out} ({written.choice or written.model})", file=sys.stdout)
+        self.ok(written.pixels)
 
 
 def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
@@ -268,15 +298,16 @@ def read_input(job: Job, max_pixels: int) -> tuple[DecodedImage | None, str | No
 
 
 def upscale_input(
-    up: Upscaler, image: DecodedImage, args: argparse.Namespace
+    up: Upscaler, image: DecodedImage, args: argparse.Namespace, source: Path | None = None
 ) -> tuple[UpscaleResult | None, str | None]:
-    """Upscale one decoded image with the command's flags: (UpscaleResult, None) or (None, reason)."""
+    """Upscale one decoded image with the command's flags: (UpscaleResult, None) or (None, reason).
+    ``source``: the input file, from which ``--model auto`` reads its compression."""
     from ..inference import UpscaleError
 
     try:
         return up.upscale(image, scale=args.scale, outscale=args.outscale, width=args.width,
                           height=args.height, alpha_mode=args.alpha_mode,
-                          with_budget_map=args.save_budget_map, tta=args.tta), None
+                          with_budget_map=args.save_budget_map, tta=args.tta, source=source), None
     except UpscaleError as e:
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - e.g. out of memory on a huge image: next file
@@ -290,6 +321,9 @@ class Written:
     pixels: int = 0
     problem: str | None = None
     no_budget_map: bool = False  # --save-budget-map asked, but the model has no adaptive attention
+    model: str = ""   # the model that ran, e.g. "photo-x2"
+    chosen: str = ""  # --model auto: the family this file got ("photo"), else ""
+    choice: str = ""  # --model auto: what was chosen and why ("auto: photo (JPEG, quality ~72)")
 
 
 def write_output(job: Job, result: UpscaleResult, args: argparse.Namespace, k_max: float | None) -> Written:
@@ -315,7 +349,10 @@ def write_output(job: Job, result: UpscaleResult, args: argparse.Namespace, k_ma
         return Written(problem=str(e))
     except Exception as e:  # noqa: BLE001 - a dead writer would hang the batch: report and go on
         return Written(problem=f"writing failed ({type(e).__name__}: {e})")
-    return Written(result.image.width * result.image.height, no_budget_map=no_map)
+    choice = result.choice
+    return Written(result.image.width * result.image.height, no_budget_map=no_map, model=result.model,
+                   chosen=choice.model if choice is not None else "",
+                   choice=choice.describe() if choice is not None else "")
 
 
 NO_BUDGET_MAPS = "sr upscale: the model has no adaptive attention: no budget maps"
@@ -371,6 +408,12 @@ def _validate(args: argparse.Namespace) -> None:
         raise CLIError(f"--threads must be >= 1, got {args.threads}")
     if args.suffix is not None and any(c in args.suffix for c in "/\\"):
         raise CLIError("--suffix must not contain path separators")
+    if args.denoise is not None:
+        from ..inference import DENOISE_MODELS, takes_denoise
+
+        if not takes_denoise(args.model):
+            raise CLIError(f"--denoise applies only to --model {' or '.join(DENOISE_MODELS)}, "
+                           f"not {args.model!r}")
 
 
 def make_upscaler(
@@ -381,7 +424,7 @@ def make_upscaler(
 
     return Upscaler(args.model, device=device or args.device, tile=_parse_tile(args.tile),
                     tile_overlap=args.tile_overlap, threads=threads if threads is not None else args.threads,
-                    attention_path=args.attention_path, compile=args.compile)
+                    attention_path=args.attention_path, compile=args.compile, denoise=args.denoise)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -415,7 +458,7 @@ def run(args: argparse.Namespace) -> int:
     todo = [j for j in jobs if j.problem is None and not j.skip]
     skipped = sum(j.skip for j in jobs)
     if args.dry_run:
-        return _dry_run(jobs, todo, skipped)
+        return _dry_run(jobs, todo, skipped, up)
     # Ray first (an unreachable cluster is an error before anything is created); its start-up lines
     # then come before the progress bar. The session stops a Ray it started, whatever happens.
     session = ray_batch.connect(ray) if ray is not None else contextlib.nullcontext()
@@ -426,7 +469,7 @@ def run(args: argparse.Namespace) -> int:
             outdir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise CLIError(f"cannot create output folder {outdir} ({e.strerror or e})") from None
-        stats = Stats(len(todo))
+        stats = Stats(len(todo), verbose=args.verbose)
         for job in jobs:
             if job.problem is not None:
                 stats.bar.write(f"sr upscale: {job.src}: {job.problem}", file=sys.stderr)
@@ -464,7 +507,7 @@ def _pipeline(up, todo: list[Job], stats: Stats, args: argparse.Namespace) -> No
             job, (image, problem) = item
             del item
             if problem is None:
-                result, problem = upscale_input(up, image, args)
+                result, problem = upscale_input(up, image, args, source=job.src)
             del image
             if problem is not None:
                 stats.fail(job.src, problem)
@@ -485,7 +528,7 @@ def _pipeline(up, todo: list[Job], stats: Stats, args: argparse.Namespace) -> No
         raise
 
 
-def _dry_run(jobs: list[Job], todo: list[Job], skipped: int) -> int:
+def _dry_run(jobs: list[Job], todo: list[Job], skipped: int, up: Upscaler | None = None) -> int:
     for job in jobs:
         if job.problem is not None:
             print(f"{job.src}: error: {job.problem}")
@@ -493,6 +536,8 @@ def _dry_run(jobs: list[Job], todo: list[Job], skipped: int) -> int:
             print(f"{job.src} -> {job.out} (exists, skipped)")
         else:
             extra = f" + {job.budget}" if job.budget is not None else ""
+            choice = up.choose(job.src) if up is not None else None  # auto: read from the file's header
+            extra += f" ({choice.describe()})" if choice is not None else ""
             print(f"{job.src} -> {job.out}{extra}")
     problems = sum(j.problem is not None for j in jobs)
     print(f"dry run: {len(todo)} to write, {skipped} skipped, {problems} with errors; nothing written")
@@ -504,3 +549,7 @@ def _summary(stats: Stats, skipped: int, seconds: float, interrupted: bool = Fal
     head = "interrupted: " if interrupted else ""
     print(f"{head}{stats.done} done, {skipped} skipped, {stats.failed} failed in {seconds:.1f} s "
           f"({rate:.2f} output MP/s)")
+    if stats.chosen:
+        counts = ", ".join(f"{family} for {n} file{'s' if n != 1 else ''}"
+                           for family, n in sorted(stats.chosen.items()))
+        print(f"{AUTO_MODEL}: {counts}" + ("" if stats.verbose else " (-v lists each file)"))

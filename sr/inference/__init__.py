@@ -11,10 +11,14 @@ from .engine import (
     list_models,
 )
 from .heatmap import budget_heatmap
+from .model_choice import DEFAULT_DENOISE, DENOISE_MODELS, ModelChoice, parse_denoise, takes_denoise
 
 __all__ = [
     "ALPHA_MODES",
+    "DEFAULT_DENOISE",
     "DEFAULT_TILE_OVERLAP",
+    "DENOISE_MODELS",
+    "ModelChoice",
     "UpscaleCancelled",
     "UpscaleError",
     "UpscaleResult",
@@ -22,4 +26,6 @@ __all__ = [
     "budget_heatmap",
     "choose_passes",
     "list_models",
+    "parse_denoise",
+    "takes_denoise",
 ]

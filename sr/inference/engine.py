@@ -3,7 +3,8 @@
 One :class:`Upscaler` holds the weights of a model family (one file per scale, loaded lazily) and
 serves any number of concurrent :meth:`Upscaler.upscale` calls: every per-call value (tile plan,
 buffers, budget maps) lives on the call's stack, and the only shared mutable state, the cache of
-loaded networks, is filled under a lock.
+loaded networks, is filled under a lock. ``model="auto"`` and ``denoise=`` (the photo family blended
+with the default one) follow :mod:`sr.inference.model_choice`.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import DEFAULT_MODEL
+from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL
 from .. import weights as sr_weights
 from ..descriptor import ModelDescriptor
 from ..models import ATTENTION_PATHS, SRNet, set_attention_path
 from .devices import DeviceError, available_memory, configure_threads, pick_dtype, resolve_device
 from .ensemble import self_ensemble
+from .model_choice import AutoModel, ModelChoice, Source, check_denoise
 from .resample import resize_to
 from .tiling import TileFn, min_tile, run_tiled
 
@@ -74,6 +76,7 @@ class UpscaleResult:
     model: str  # e.g. "asa-base-x2"; chained passes are joined with "+", e.g. "asa-base-x4+asa-base-x2"
     scale: int  # model scale used (the product of the passes when chained)
     seconds: float
+    choice: ModelChoice | None = None  # model="auto": which family this input got, and why
 
 
 @dataclass(frozen=True)
@@ -133,11 +136,16 @@ class Upscaler:
     ``model``: a family in ``weights_dir`` ('asa-base': one file per scale), a full name
     ('asa-base-x2'), a .safetensors path, or a :class:`~sr.descriptor.ModelDescriptor` (e.g. of an
     in-memory network, which the engine then uses itself: moved to its device and dtype, frozen).
+    ``"auto"``: per input, the photo family for lossy files (JPEG, lossy WebP), the default family
+    for the rest (:mod:`sr.inference.model_choice`; pass ``source=`` to :meth:`upscale`).
+
+    ``denoise`` (photo and auto only; default 1): D in [0, 1] runs the photo weights blended with
+    the default family's of the same scale, every tensor (1 - D) * default + D * photo.
     """
 
     def __init__(
         self,
-        model: str | Path | ModelDescriptor = DEFAULT_MODEL,
+        model: str | Path | ModelDescriptor = DEFAULT_CHOICE,
         device: str = "auto",
         tile: int | str | None = "auto",
         tile_overlap: int = DEFAULT_TILE_OVERLAP,
@@ -147,7 +155,16 @@ class Upscaler:
         compile: bool = False,
         tile_batch: int | None = None,
         shape_bucket: int | None = None,
+        denoise: float | None = None,
     ) -> None:
+        try:
+            self.denoise = check_denoise(model, denoise)
+        except ValueError as e:
+            raise UpscaleError(str(e)) from None
+        # what a sibling engine (auto's two sides) is built with: these same settings
+        options = dict(tile=tile, tile_overlap=tile_overlap, weights_dir=weights_dir, threads=threads,
+                       attention_path=attention_path, compile=compile, tile_batch=tile_batch,
+                       shape_bucket=shape_bucket)
         try:
             self.device = resolve_device(device)
         except DeviceError as e:
@@ -185,7 +202,26 @@ class Upscaler:
         self.tile_overlap = tile_overlap
         self.tile = self._parse_tile(tile)
         self.weights_dir = Path(weights_dir) if weights_dir is not None else sr_weights.WEIGHTS_DIR
-        self.name, self._descriptors = self._find_weights(model)
+        self._auto: AutoModel | None = None
+        self._blend_base: dict[int, ModelDescriptor] = {}  # denoise < 1: the default family, by scale
+        if model == AUTO_MODEL:
+            def sibling(family: str, denoise: float | None) -> Upscaler:
+                return Upscaler(family, device=str(self.device), denoise=denoise, **options)
+
+            try:
+                self._auto = AutoModel(sibling, self.denoise)
+            except ValueError as e:
+                raise UpscaleError(str(e)) from None
+            self.name, self._descriptors = AUTO_MODEL, self._auto.descriptors
+        else:
+            self.name, self._descriptors = self._find_weights(model)
+            if self.denoise is not None and self.denoise != 1:
+                _, base = self._find_weights(DEFAULT_MODEL)
+                missing = sorted(set(self._descriptors) - set(base))
+                if missing:
+                    raise UpscaleError(f"denoise blends {self.name} with {DEFAULT_MODEL}, which has no "
+                                       f"x{', x'.join(map(str, missing))} model")
+                self._blend_base = base
         self.scales: list[int] = sorted(self._descriptors)
         self._models: dict[int, _Loaded] = {}
         self._lock = threading.Lock()
@@ -228,7 +264,12 @@ class Upscaler:
             loaded = self._models.get(scale)
             if loaded is None:
                 try:
-                    desc = self._descriptors[scale].load()
+                    desc = self._descriptors[scale]
+                    if self._blend_base:  # cached per (scale, denoise) by sr.weights
+                        desc = sr_weights.load_blend(self._blend_base[scale], desc, self.denoise,
+                                                     name=f"{desc.name}@denoise={self.denoise:g}")
+                    else:
+                        desc = desc.load()
                 except sr_weights.WeightsError as e:
                     raise UpscaleError(str(e)) from None
                 net = desc.net.to(device=self.device, dtype=self.dtype, memory_format=self.memory_format)
@@ -244,6 +285,9 @@ class Upscaler:
     def k_max(self) -> float | None:
         """The most key regions any pixel may attend to (the top of the budget colour scale), or None
         when no model of this family has adaptive attention."""
+        if self._auto is not None:
+            values = [e.k_max for e in self._auto.engines.values() if e.k_max is not None]
+            return max(values) if values else None
         values = [d.k_max for d in self._descriptors.values() if d.k_max is not None]
         return max(values) if values else None
 
@@ -252,12 +296,23 @@ class Upscaler:
         path), loaded on first use; for benchmarks that time it against other networks."""
         if scale not in self._descriptors:
             raise UpscaleError(f"{self.name} has no x{scale} model (scales: {self.scales})")
+        if self._auto is not None:  # auto: the lossless side's
+            return self._auto.engines[DEFAULT_MODEL].network(scale)
         return self._get(scale).net
 
     def load(self, scale: int | None = None) -> None:
-        """Load the weights now (all scales, or one) instead of on first use."""
+        """Load the weights now (all scales, or one) instead of on first use (auto: both sides)."""
+        if self._auto is not None:
+            for engine in self._auto.engines.values():
+                engine.load(scale)
+            return
         for s in [scale] if scale is not None else self.scales:
             self._get(s)
+
+    def choose(self, source: Source | None = None, img: Any = None) -> ModelChoice | None:
+        """With model="auto": the family an input gets, from ``source`` (its file path or bytes, or a
+        :class:`~sr.lossy.Compression`), else from the decoded ``img``'s format. None otherwise."""
+        return self._auto.choose(source, img) if self._auto is not None else None
 
     # -- planning ----------------------------------------------------------------------------
     def plan(
@@ -333,6 +388,8 @@ class Upscaler:
     def tile_runner(self, scale: int, with_budget_map: bool = False) -> tuple[TileFn, int]:
         """(fn, align) for measuring the tiling itself: ``fn`` runs the model on one (h, w, C) float32
         tile (call it under ``torch.inference_mode()``); tile starts should be multiples of ``align``."""
+        if self._auto is not None:
+            return self._auto.engines[DEFAULT_MODEL].tile_runner(scale, with_budget_map)
         loaded = self._get(scale)
         return (lambda a: self._run_tiles(loaded, [a], with_budget_map)[0]), loaded.align
 
@@ -437,6 +494,7 @@ class Upscaler:
         with_budget_map: bool = False,
         tta: bool = False,
         should_stop: StopCheck | None = None,
+        source: Source | None = None,
     ) -> UpscaleResult:
         """Upscale a decoded image (``sr.io.DecodedImage``).
 
@@ -447,8 +505,16 @@ class Upscaler:
         network over the 8 flips/rotations of each tile (:mod:`sr.inference.ensemble`): sharper (the
         gain is in the results table), 8x the compute. ``should_stop``, if given, is polled before
         every network forward (each tile, ensemble view and pass); when it returns True the call
-        raises :class:`UpscaleCancelled` and the rest of the work is skipped.
+        raises :class:`UpscaleCancelled` and the rest of the work is skipped. ``source`` (model="auto"
+        only): the input's file path or bytes, from which auto tells lossy from lossless; without it
+        the decoded format decides (JPEG lossy, anything else lossless). ``result.choice`` says which.
         """
+        if self._auto is not None:
+            choice = self._auto.choose(source, img)
+            result = self._auto.engine(choice).upscale(
+                img, scale=scale, outscale=outscale, width=width, height=height, alpha_mode=alpha_mode,
+                with_budget_map=with_budget_map, tta=tta, should_stop=should_stop)
+            return dataclasses.replace(result, choice=choice)
         start = time.perf_counter()
         pixels = getattr(img, "pixels", None)
         if not isinstance(pixels, np.ndarray) or pixels.ndim != 3 or pixels.shape[2] not in (1, 3):

@@ -186,7 +186,7 @@ class UpscaleActor:
         image, problem = row.pop("image"), row["problem"]
         result = None
         if not problem:
-            result, problem = upscale_input(self.up, image, self.args)
+            result, problem = upscale_input(self.up, image, self.args, source=Path(row["src"]))
         del image
         return {**row, "result": result, "problem": problem or ""}
 
@@ -195,11 +195,13 @@ def _write(row: dict[str, Any], args: argparse.Namespace, k_max: float | None) -
     from ..commands.upscale import write_output
 
     result, problem = row.pop("result"), row["problem"]
-    pixels, no_map = 0, False
+    pixels, no_map, model, chosen, choice = 0, False, "", "", ""
     if not problem:
         written = write_output(_job(row), result, args, k_max)
         pixels, problem, no_map = written.pixels, written.problem or "", written.no_budget_map
-    return {"i": row["i"], "pixels": pixels, "problem": problem, "no_budget_map": no_map}
+        model, chosen, choice = written.model, written.chosen, written.choice
+    return {"i": row["i"], "pixels": pixels, "problem": problem, "no_budget_map": no_map, "model": model,
+            "chosen": chosen, "choice": choice}
 
 
 # ------------------------------------------------------------------------------------ the driver
@@ -208,7 +210,8 @@ def _write(row: dict[str, Any], args: argparse.Namespace, k_max: float | None) -
 def build_dataset(
     todo: list[Job], args: argparse.Namespace, k_max: float | None, resources: dict[str, float]
 ) -> Dataset:
-    """The lazy Ray Dataset of write reports for ``todo`` (rows: i, pixels, problem, no_budget_map)."""
+    """The lazy Ray Dataset of write reports for ``todo`` (rows: i, pixels, problem, no_budget_map,
+    model, chosen, choice)."""
     import ray.data
 
     actors, per_actor = pool_plan(args, resources)
@@ -304,7 +307,8 @@ def run_pipeline(todo: list[Job], stats: Stats, args: argparse.Namespace, k_max:
                 i = int(row["i"])
                 seen.add(i)
                 stats.record(todo[i], Written(int(row["pixels"]), row["problem"] or None,
-                                              bool(row["no_budget_map"])))
+                                              bool(row["no_budget_map"]), str(row["model"]),
+                                              str(row["chosen"]), str(row["choice"])))
         except Exception as e:  # noqa: BLE001 - e.g. no actor could start: one line, not Ray's traceback
             lines = [x for x in str(e).splitlines() if x.strip()]
             raise CLIError(f"the Ray pipeline failed: {lines[-1] if lines else type(e).__name__}") from None

@@ -23,6 +23,13 @@ class TrainConfig:
     # default; the trainer says --train is missing. ``val`` may stay empty (no validation, no best.pt).
     train: list[str] = field(default_factory=list)
     val: list[str] = field(default_factory=list)
+    # LR folders, one per --val folder, matched by file name (a degraded set from `sr degrade`); empty:
+    # the validation LR is made from HR with MATLAB bicubic
+    val_lr: list[str] = field(default_factory=list)
+    # "" = the clean bicubic protocol; a name from sr.data.degrade.TRAINING_CONFIGS (e.g. "photo") =
+    # train on a seeded pool of `pool` degraded patch pairs made at the start (sr.data.pool)
+    degrade: str = ""
+    pool: int = 20_000
     patch: int = 48  # LR patch side
     rescale: list[float] = field(default_factory=list)  # extra HR copies downscaled by these factors
     rgb_perm: float = 0.0  # share of crops whose RGB channels are reordered (colour augmentation)

@@ -53,6 +53,13 @@ def recipe_metadata(cfg: dict, lineage: dict) -> dict[str, str]:
         recipe["rescale"] = " ".join(f"{f:g}" for f in cfg["rescale"])
     if cfg.get("rgb_perm"):
         recipe["rgb_perm"] = f"{cfg['rgb_perm']:g}"
+    if cfg.get("degrade"):  # the degradation family the LR was made with (sr.data.degrade), and its ranges
+        from ..data.degrade import TRAINING_CONFIGS
+
+        known = TRAINING_CONFIGS.get(cfg["degrade"])
+        recipe["degrade"] = cfg["degrade"]
+        if known is not None:
+            recipe["degrade_config"] = json.dumps(known.to_dict())
     if lineage:
         recipe["init"] = lineage["from"] + (f" (step {lineage['steps']})" if lineage.get("steps") else "")
     return recipe

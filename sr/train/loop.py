@@ -23,7 +23,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..data import PatchDataset, PatchSampler, build_pairs, check_rescale, check_rgb_perm
-from ..evaluation import evaluate_folder, model_upscaler, set_name
+from ..data.degrade import training_config
+from ..data.pool import build_pool
+from ..evaluation import evaluate_folder, model_upscaler, plan_sets, score_pairs, set_name
 from ..inference.devices import cpu_has_amx, resolve_device, usable_cpus
 from ..io import atomic_write
 from ..models import SRNet, build_config, count_params
@@ -172,9 +174,17 @@ def ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> No
 
 
 def validate(model: SRNet, cfg: TrainConfig, device: torch.device) -> dict[str, dict[str, float]]:
+    """Mean PSNR/SSIM per --val set: on bicubic LR made from HR, or on the --val-lr folders' files."""
     model.eval()
     upscale = model_upscaler(model, device)
     results = {}
+    if cfg.val_lr:
+        for plan in plan_sets(cfg.val, cfg.val_lr, cfg.scale):
+            rows = [(p, s) for _, _, p, s, _ in score_pairs(plan, upscale, cfg.scale)]
+            results[val_set_name(plan.hr_dir, plan.lr_dir)] = {
+                "psnr": sum(r[0] for r in rows) / len(rows), "ssim": sum(r[1] for r in rows) / len(rows),
+            }
+        return results
     for folder in cfg.val:
         scores = evaluate_folder(folder, cfg.scale, upscale)
         results[set_name(folder)] = {
@@ -182,6 +192,24 @@ def validate(model: SRNet, cfg: TrainConfig, device: torch.device) -> dict[str, 
             "ssim": sum(s.ssim for s in scores) / len(scores),
         }
     return results
+
+
+def val_set_name(hr_dir: str | Path, lr_dir: str | Path | None) -> str:
+    """A validation set's name in logs: the HR folder's, or the LR folder's when LR files are given
+    (one HR folder is often validated under several degradations)."""
+    return set_name(lr_dir) if lr_dir else set_name(hr_dir)
+
+
+def training_pairs(cfg: TrainConfig) -> tuple[list, dict]:
+    """The (HR, LR) arrays PatchDataset samples, and what the start log records of them: whole images
+    with bicubic LR, or with --degrade a seeded pool of degraded patch pairs (each cropped whole)."""
+    if cfg.degrade:
+        pairs, info = build_pool(
+            cfg.train, cfg.scale, cfg.patch, cfg.pool, cfg.seed, training_config(cfg.degrade), cfg.cache
+        )
+        return pairs, {"images": len(pairs), "skipped_small": 0, "degrade": cfg.degrade, **info}
+    pairs, skipped = build_pairs(cfg.train, cfg.scale, cfg.patch, cfg.cache, cfg.rescale)
+    return pairs, {"images": len(pairs), "skipped_small": skipped}
 
 
 def selection_score(results: dict[str, dict[str, float]], best_on: str) -> float | None:
@@ -214,7 +242,16 @@ class Trainer:
         check_rgb_perm(cfg.rgb_perm)
         if cfg.loss not in LOSS_CHOICES:
             raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(LOSS_CHOICES)}")
-        val_names = [set_name(folder) for folder in cfg.val]
+        if cfg.degrade:
+            training_config(cfg.degrade)  # an unknown name fails here, before any data is read
+            if cfg.rescale:
+                raise ValueError("--rescale applies to the clean image pairs; the --degrade pool does not "
+                                 "take it (leave one of them out)")
+        if cfg.val_lr and len(cfg.val_lr) != len(cfg.val):
+            raise ValueError(f"--val-lr needs one folder per --val folder ({len(cfg.val)} --val, "
+                             f"{len(cfg.val_lr)} --val-lr)")
+        val_names = [val_set_name(hr, lr) for hr, lr in zip(cfg.val, cfg.val_lr or [None] * len(cfg.val),
+                                                                strict=True)]
         if len(set(val_names)) < len(val_names):  # the names key the logged and ranked results
             raise ValueError(f"--val folders need distinct names, got: {', '.join(val_names)}")
         if val_names and cfg.best_on != "mean" and cfg.best_on not in val_names:
@@ -386,7 +423,7 @@ class Trainer:
                 "no training data: give --train DIR [DIR ...] (folders of HR images; "
                 "or train = [...] in the --config file)"
             )
-        pairs, skipped = build_pairs(cfg.train, cfg.scale, cfg.patch, cfg.cache, cfg.rescale)
+        pairs, data_info = training_pairs(cfg)
         dataset = PatchDataset(pairs, cfg.scale, cfg.patch)
         sampler = PatchSampler(
             dataset.lr_sizes, cfg.patch, cfg.batch, cfg.steps, cfg.seed, start=self.step, rank=self.rank,
@@ -400,7 +437,7 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.json").write_text(self.cfg.to_json())
             self.log_line({
-                "event": "start", "step": self.step, "images": len(pairs), "skipped_small": skipped,
+                "event": "start", "step": self.step, **data_info,
                 "params": count_params(self.model), "pixel_loss": cfg.loss, "device": str(self.device),
                 "world": self.world, "threads": torch.get_num_threads(), "amp": self.autocast["enabled"],
                 "host": platform.processor() or platform.machine(),
@@ -414,8 +451,10 @@ class Trainer:
         deadline = time.time() + cfg.time_limit * 60 if cfg.time_limit > 0 else None
         timed_out = False
         cpu_last = time.process_time()
+        data_seconds, t_fetch = 0.0, time.time()  # time spent waiting for batches since the last log line
         try:
             for lr_img, hr_img in loader:
+                data_seconds += time.time() - t_fetch
                 lr_now = lr_at(self.step, cfg, self.cpu_elapsed)
                 for g in self.opt.param_groups:
                     g["lr"] = lr_now
@@ -437,13 +476,17 @@ class Trainer:
                         "step": self.step, "loss": loss_mean, "lr": lr_now, "budget_mean": budget_mean,
                         "it_s": n / (now - t_last), "seconds": round(self.elapsed, 1),
                         "cpu_seconds": round(self.cpu_elapsed, 1),
+                        # the share of the wall time spent waiting for data: must stay small (< ~15%)
+                        "data_share": round(data_seconds / max(1e-9, now - t_last), 4),
                     }
                     bar.set_postfix(loss=f"{rec['loss']:.4f}", it_s=f"{rec['it_s']:.2f}")
                     self.log_line(rec)
                     t_last, loss_sum, budget_sum, n = now, zero.clone(), zero.clone(), 0
+                    data_seconds = 0.0
                 if self.step % cfg.val_every == 0 or self.step == cfg.steps:
                     self._validate()
                     t_last, cpu_last = time.time(), time.process_time()  # validation is not training
+                    data_seconds = 0.0
                 if self.step % cfg.ckpt_every == 0:
                     self.save()
                 timed_out = self._agree_to_stop(deadline)
@@ -453,6 +496,7 @@ class Trainer:
                     break
                 if self.stop_requested or self.step == stop_at:
                     break
+                t_fetch = time.time()
             self.save()
             if self.world > 1:
                 # tearing gloo down while the other rank is still saving aborted a rank now and then

@@ -221,6 +221,12 @@ def test_gray_as_rgb_changes_gray_scores(capsys: pytest.CaptureFixture, sets: di
         (["--hr", "{root}/alpha", "--scale", "2", "--device", "nonsense"], "unknown device"),
         (["--hr", "{root}/alpha", "--scale", "2", "--tta"], "need a model, not bicubic"),
         (["--hr", "{root}/alpha", "--scale", "2", "--model", "{w}", "--budget", "9"], "between 0 and"),
+        (["--hr", "{root}/alpha", "--scale", "2", "--degrade", "extreme"], "degradation level 'extreme'"),
+        (["--hr", "{root}/alpha", "--scale", "2", "--degrade", "web", "--lr", "{root}"], "exclude each"),
+        (["--hr", "{root}/alpha", "--scale", "2", "--degrade-seed", "3"], "go with --degrade"),
+        (["--hr", "{root}/alpha", "--scale", "2", "--degrade-dir", "{root}"], "go with --degrade"),
+        (["--hr", "{root}/missing", "--scale", "2", "--degrade", "web"], "HR folder not found"),
+        (["--hr", "{root}/alpha", "--scale", "2", "--degrade", "web", "--degrade-dir", "{w}"], "a folder"),
     ],
 )
 def test_errors_exit_nonzero_with_message(capsys: pytest.CaptureFixture, sets: dict[str, Path], weights: Path,
@@ -247,3 +253,119 @@ def test_errors_as_a_process(sets: dict[str, Path], tmp_path: Path) -> None:
     assert "sr eval: error:" in proc.stderr and "corrupt.safetensors" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not js.exists()
+
+
+# -- --degrade: seeded degraded sets built (or reused) and scored against the clean HR ----------------
+
+
+def _degrade_eval(capsys: pytest.CaptureFixture, sets: dict[str, Path], cache: Path, *argv: str):
+    return _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--degrade-dir", str(cache), *argv)
+
+
+def test_degrade_scores_the_degraded_sets_against_the_clean_hr(
+    capsys: pytest.CaptureFixture, sets: dict[str, Path], tmp_path: Path
+) -> None:
+    from sr.evaluation import plan_sets, score_pairs
+    from sr.evaluation.degraded import DEFAULT_SEED
+
+    cache, js, cs = tmp_path / "degraded", tmp_path / "r.json", tmp_path / "r.csv"
+    code, out, err = _degrade_eval(capsys, sets, cache, "--degrade", "web,mild", "--json", str(js),
+                                   "--csv", str(cs))
+    assert code == 0 and err == ""
+    assert sorted(p.name for p in cache.iterdir()) == ["alpha-mild-x2", "alpha-web-x2"]
+    assert f"wrote {cache / 'alpha-web-x2'}: 3 images" in out
+    assert f"alpha-mild-x2 (3 images, LR from {cache / 'alpha-mild-x2'})" in out
+    doc = json.loads(js.read_text())
+    assert doc["degrade"] == {"levels": ["web", "mild"], "seed": DEFAULT_SEED, "dir": str(cache)}
+    levels = [(s["name"], s["level"]) for s in doc["sets"]]
+    assert levels == [("alpha-web-x2", "web"), ("alpha-mild-x2", "mild")]
+    assert doc["blind_means"] == []  # one blind level only: no blind mean
+    summary = out[out.rindex(" set "):]
+    assert "blind" not in summary
+    for entry in doc["sets"]:
+        (plan,) = plan_sets([str(sets["alpha"])], [entry["lr"]], 2)
+        expected = [(h.stem, p, s) for h, _, p, s, _ in score_pairs(plan, None, 2)]
+        assert [(r["image"], r["psnr"], r["ssim"]) for r in entry["per_image"]] == expected
+        assert f"  {entry['name']}  " in summary and f"{entry['psnr']:.4f}" in summary
+    clean = _rows(_eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2")[1])
+    assert clean["mean"][0] > doc["sets"][1]["psnr"]  # mild LR is harder than the bicubic LR
+    with cs.open() as f:
+        kinds = [(r["set"], r["kind"]) for r in csv.DictReader(f)]
+    assert kinds.count(("alpha-web-x2", "mean")) == 1 and len(kinds) == 8
+
+    # again: the sets are kept (not rebuilt) and score the same
+    stamps = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
+    code, again, _ = _degrade_eval(capsys, sets, cache, "--degrade", "web,mild")
+    assert code == 0 and f"kept {cache / 'alpha-web-x2'}" in again
+    assert again[again.rindex(" set "):] == summary
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*")} == stamps
+    # quiet: the table only
+    code, quiet, _ = _degrade_eval(capsys, sets, cache, "--degrade", "web,mild", "-q")
+    assert code == 0 and "kept" not in quiet and "astro" not in quiet and "alpha-mild-x2" in quiet
+
+
+def test_degrade_blind_mean_row_per_hr_folder(
+    capsys: pytest.CaptureFixture, sets: dict[str, Path], tmp_path: Path
+) -> None:
+    cache, js, cs = tmp_path / "degraded", tmp_path / "r.json", tmp_path / "r.csv"
+    code, out, _ = _eval(capsys, "--hr", str(sets["alpha"]), str(sets["beta"]), "--scale", "2", "--degrade",
+                         "all", "--degrade-dir", str(cache), "--json", str(js), "--csv", str(cs), "-q")
+    assert code == 0
+    summary = [line.split() for line in out[out.rindex(" set "):].splitlines()[1:] if line.strip()]
+    names = [row[0] for row in summary if len(row) == 4]
+    assert names == [f"{folder}-{kind}-x2" for folder in ("alpha", "beta")
+                     for kind in ("web", "mild", "medium", "heavy", "blind-mean")]
+    doc = json.loads(js.read_text())
+    means = {s["name"]: (s["psnr"], s["ssim"]) for s in doc["sets"]}
+    assert [b["name"] for b in doc["blind_means"]] == ["alpha-blind-mean-x2", "beta-blind-mean-x2"]
+    for b in doc["blind_means"]:
+        folder = b["name"].split("-")[0]
+        assert b["levels"] == ["mild", "medium", "heavy"] and b["images"] == (3 if folder == "alpha" else 1)
+        parts = [means[f"{folder}-{lv}-x2"] for lv in b["levels"]]
+        assert b["psnr"] == pytest.approx(np.mean([p for p, _ in parts]), abs=1e-12)
+        assert b["ssim"] == pytest.approx(np.mean([s for _, s in parts]), abs=1e-12)
+        row = next(r for r in summary if r[0] == b["name"])
+        assert float(row[2]) == round(b["psnr"], 4)
+        # harder than web, easier than heavy
+        assert means[f"{folder}-web-x2"][0] > b["psnr"] > means[f"{folder}-heavy-x2"][0]
+    with cs.open() as f:
+        blind = [r for r in csv.DictReader(f) if r["kind"] == "blind-mean"]
+    assert [r["set"] for r in blind] == ["alpha-blind-mean-x2", "beta-blind-mean-x2"]
+    # two of the three blind levels still make a blind mean, of those two
+    code, out, _ = _degrade_eval(capsys, sets, cache, "--degrade", "mild,heavy", "-q")
+    row = next(line.split() for line in out.splitlines() if line.strip().startswith("alpha-blind-mean-x2"))
+    assert float(row[2]) == pytest.approx(np.mean([means["alpha-mild-x2"][0], means["alpha-heavy-x2"][0]]),
+                                          abs=1e-4)
+    assert "blind mean = the mean of" in out
+
+
+def test_degrade_with_a_model(capsys: pytest.CaptureFixture, sets: dict[str, Path], weights: Path,
+                              tmp_path: Path) -> None:
+    from sr.evaluation import score_lr
+
+    cache = tmp_path / "degraded"
+    code, out, _ = _degrade_eval(capsys, sets, cache, "--degrade", "medium", "--model", str(weights),
+                                 "--device", "cpu")
+    assert code == 0 and "tiny-x2" in out
+    model, _ = load_weights(weights)
+    rows = _rows(out)
+    for path in sorted(sets["alpha"].glob("*.png")):
+        hr = np.asarray(Image.open(path))
+        lr = np.asarray(Image.open(cache / "alpha-medium-x2" / f"{path.stem}_x2.jpg"))
+        p, s, _ = score_lr(hr, lr, model_upscaler(model), 2)
+        assert rows[path.stem] == (round(p, 4), round(s, 4))
+
+
+def test_degrade_default_dir_and_seed(capsys: pytest.CaptureFixture, sets: dict[str, Path], tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _eval(capsys, "--hr", str(sets["beta"]), "--scale", "3", "--degrade", "heavy")
+    assert code == 0 and "(seed 2026, sets in runs/degraded)" in out
+    assert (tmp_path / "runs" / "degraded" / "beta-heavy-x3" / "manifest.json").is_file()
+    # another seed is another set: not silently mixed with the one there
+    code, out, err = _eval(capsys, "--hr", str(sets["beta"]), "--scale", "3", "--degrade", "heavy",
+                           "--degrade-seed", "5")
+    assert code == 2 and out == "" and "holds another degraded set" in err
+    code, out, _ = _eval(capsys, "--hr", str(sets["beta"]), "--scale", "3", "--degrade", "heavy",
+                         "--degrade-seed", "5", "--degrade-dir", "seed5")
+    assert code == 0 and (tmp_path / "seed5" / "beta-heavy-x3").is_dir()

@@ -339,3 +339,90 @@ def test_bench_paths_compares_inference_paths_side_by_side(tmp_path, tiny, capsy
     assert "dB" in static_row or "identical" in static_row
     assert main([*args, "--paths", "tiered,bogus"]) == 2
     assert "unknown path(s) bogus" in capsys.readouterr().err
+
+
+# --- --model photo / auto and --denoise ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def photo_weights(tmp_path_factory) -> Path:
+    """A weights folder with asa-base-x2 and photo-x2: tiny networks of one architecture, other weights."""
+    folder = tmp_path_factory.mktemp("photo-weights")
+    for name, seed in (("asa-base", 0), ("photo", 1)):
+        torch.manual_seed(seed)
+        net = SRNet(NetConfig(scale=2, channels=8, blocks=2, attn_every=2, heads=2, attention="adaptive",
+                              attn_options=dict(ASA)))
+        save_weights(net, folder / f"{name}-x2.safetensors")
+    return folder
+
+
+@pytest.fixture
+def shipped(photo_weights, monkeypatch) -> Path:
+    """Make photo_weights the shipped weights folder (where family names are looked up)."""
+    import sr.weights
+
+    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", photo_weights)
+    return photo_weights
+
+
+def test_model_auto_picks_per_file_and_says_so(tmp_path, shipped, capsys):
+    src = tmp_path / "in"
+    save(src / "a.jpg", photo(12, 16), quality=72)
+    save(src / "b.png", photo(12, 16))
+    save(src / "c.webp", photo(12, 16), quality=80)
+    save(src / "d.webp", photo(12, 16), lossless=True)
+    assert sr(str(src), "-o", str(tmp_path / "dry"), "--model", "auto", "-n") == 0
+    assert "a.jpg -> " in capsys.readouterr().out  # the dry run names the choice too
+    assert sr(str(src), "-o", str(tmp_path / "auto"), "--model", "auto", "-v") == 0
+    out = capsys.readouterr().out
+    assert "(auto: photo (JPEG, quality ~72))" in out and "(auto: asa-base (PNG, lossless))" in out
+    assert "(auto: photo (WEBP, lossy))" in out and "(auto: asa-base (WEBP, lossless))" in out
+    assert "auto: asa-base for 2 files, photo for 2 files" in out
+    for model in ("photo", "asa-base"):
+        assert sr(str(src), "-o", str(tmp_path / model), "--model", model) == 0
+    capsys.readouterr()
+    for name, model in (("a", "photo"), ("b", "asa-base"), ("c", "photo"), ("d", "asa-base")):
+        got = np.asarray(Image.open(tmp_path / "auto" / f"{name}_x2.png"))
+        np.testing.assert_array_equal(got, np.asarray(Image.open(tmp_path / model / f"{name}_x2.png")))
+
+
+def test_denoise_0_is_asa_base_and_1_is_photo(tmp_path, shipped, capsys):
+    src = save(tmp_path / "in" / "a.png", photo(12, 16))
+    runs = {"base": ["--model", "asa-base"], "photo": ["--model", "photo"],
+            "d0": ["--model", "photo", "--denoise", "0"], "d1": ["--model", "photo", "--denoise", "1"],
+            "half": ["--model", "photo", "--denoise", "0.5", "-v"]}
+    for name, args in runs.items():
+        assert sr(str(src), "-o", str(tmp_path / name), *args) == 0
+    assert "(photo-x2@denoise=0.5)" in capsys.readouterr().out
+    img = {name: np.asarray(Image.open(tmp_path / name / "a_x2.png")) for name in runs}
+    np.testing.assert_array_equal(img["d0"], img["base"])
+    np.testing.assert_array_equal(img["d1"], img["photo"])
+    assert not np.array_equal(img["base"], img["photo"])
+
+
+@pytest.mark.parametrize("value", ["2", "-1", "nan", "inf", "abc"])
+def test_bad_denoise_values_exit_2_with_a_message(tmp_path, shipped, capsys, value):
+    save(tmp_path / "x.png", photo(6, 6))
+    with pytest.raises(SystemExit) as e:
+        sr(str(tmp_path / "x.png"), "-o", str(tmp_path / "out"), "--model", "photo", "--denoise", value)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --denoise: denoise must be a number from 0 to 1" in err and repr(value) in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_denoise_with_another_model_is_an_error(tmp_path, shipped, tiny, capsys):
+    save(tmp_path / "x.png", photo(6, 6))
+    for model in ("asa-base", tiny):
+        assert sr(str(tmp_path / "x.png"), "-o", str(tmp_path / "out"), "--model", model,
+                  "--denoise", "0.5") == 2
+        assert "--denoise applies only to --model photo or auto" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_help_documents_auto_and_denoise(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # no line breaks inside the phrases (argparse breaks at hyphens)
+    with pytest.raises(SystemExit):
+        main(["upscale", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "'auto': per input file, photo for lossy files (JPEG, lossy WebP) and asa-base" in text
+    assert "--denoise D" in text and "(1-D)*asa-base + D*photo" in text

@@ -170,3 +170,18 @@ def live_server(weights_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         yield base
     finally:
         stop_process(proc)
+
+
+@pytest.fixture(scope="session")
+def photo_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """asa-base-x2 and photo-x2: one architecture (asa-small, random), other weights; no x3."""
+    import torch
+
+    from sr.models import build_model
+    from sr.weights import save_weights
+
+    folder = tmp_path_factory.mktemp("photo-weights")
+    for name, seed in (("asa-base", 0), ("photo", 1)):
+        torch.manual_seed(seed)
+        save_weights(build_model("asa-small-x2"), folder / f"{name}-x2.safetensors", preset="asa-small")
+    return folder

@@ -88,7 +88,7 @@ def test_models_health_ready_docs_and_page(make_client) -> None:
     client = make_client()
     models = client.get("/v1/models").json()
     assert models["default"] == "asa-small"
-    assert models["families"] == [{"name": "asa-small", "scales": [2, 3], "default": True}]
+    assert models["families"] == [{"name": "asa-small", "scales": [2, 3], "default": True, "denoise": False}]
     by_name = {m["name"]: m for m in models["models"]}
     assert set(by_name) == {"asa-small-x2", "asa-small-x3"}
     assert by_name["asa-small-x2"]["params"] > 100_000 and by_name["asa-small-x2"]["set5_psnr"] == 30.5
@@ -304,7 +304,7 @@ def test_serving_one_weights_file_by_path(make_client, make_image, weights_dir: 
     client = make_client(model=str(weights_dir / "asa-small-x3.safetensors"))
     models = client.get("/v1/models").json()
     assert models["default"] == "asa-small-x3"
-    assert models["families"] == [{"name": "asa-small-x3", "scales": [3], "default": True}]
+    assert models["families"] == [{"name": "asa-small-x3", "scales": [3], "default": True, "denoise": False}]
     assert [m["name"] for m in models["models"]] == ["asa-small-x3"]
     r = _post(client, make_image(20, 10))
     assert r.status_code == 200 and r.headers["x-model"] == "asa-small-x3" and _size(r.content) == (60, 30)
@@ -323,3 +323,60 @@ def test_families_come_from_file_names(weights_dir: Path, tmp_path: Path, make_c
     assert families == {"asa-small": [2], "custom": [3]}
     r = _post(client, make_image(20, 10), model="custom")
     assert r.status_code == 200 and r.headers["x-model"] == "custom" and _size(r.content) == (60, 30)
+
+
+# --- photo, auto and denoise -----------------------------------------------------------------------
+
+def test_photo_and_auto_models_with_denoise(make_client, make_image, photo_weights: Path) -> None:
+    client = make_client(weights_dir=photo_weights, model="asa-base")
+    families = {f["name"]: f for f in client.get("/v1/models").json()["families"]}
+    assert {n: (f["scales"], f["denoise"]) for n, f in families.items()} == {
+        "asa-base": ([2], False), "photo": ([2], True), "auto": ([2], True)}
+    assert "lossy" in families["auto"]["description"]
+    png, jpg = make_image(24, 20), make_image(24, 20, fmt="JPEG", quality=72)
+    r = _post(client, png, model="photo")
+    assert r.status_code == 200, r.text
+    assert r.headers["x-model"] == "photo-x2" and _size(r.content) == (48, 40)
+    assert "x-model-choice" not in r.headers
+    half = _post(client, png, model="photo", denoise="0.5")
+    assert half.status_code == 200 and half.headers["x-model"] == "photo-x2@denoise=0.5"
+    assert half.content != r.content
+    r = _post(client, jpg, name="shot.jpg", model="auto", format="png")
+    assert r.status_code == 200, r.text
+    assert r.headers["x-model"] == "photo-x2"
+    assert r.headers["x-model-choice"] == "auto: photo (JPEG, quality ~72)"
+    r = _post(client, png, model="auto", denoise="0.3")  # a lossless upload: asa-base, denoise unused
+    assert r.status_code == 200 and r.headers["x-model"] == "asa-base-x2"
+    assert r.headers["x-model-choice"] == "auto: asa-base (PNG, lossless)"
+    # denoise 0 is asa-base's weights exactly; 1 is photo's
+    base, photo = _post(client, png, model="asa-base"), _post(client, png, model="photo")
+    assert _post(client, png, model="photo", denoise="0").content == base.content
+    assert _post(client, png, model="photo", denoise="1").content == photo.content
+    r = _post(client, png, model="auto", budget_map="true")
+    assert r.status_code == 200 and r.headers["x-budget-max"] == "8"
+
+
+def test_422_bad_denoise(make_client, make_image, photo_weights: Path) -> None:
+    client = make_client(weights_dir=photo_weights, model="asa-base")
+    png = make_image(16, 12)
+    for value in ("2", "-1", "nan", "inf", "abc", ""):
+        r = _post(client, png, model="photo", denoise=value)
+        if value == "":  # an empty field is an absent one, as for every optional field
+            assert r.status_code == 200
+            continue
+        assert r.status_code == 422, (value, r.text)
+        assert r.json()["detail"].startswith("denoise: "), r.json()
+    r = _post(client, png, model="asa-base", denoise="0.5")
+    assert r.status_code == 422
+    assert r.json()["detail"].startswith("denoise applies only to the models photo and auto, not 'asa-base'")
+    r = client.post("/v1/upscale", files={"file": ("a.png", png)},
+                    data={"model": "photo", "denoise": ["0.1", "0.2"]})
+    assert r.status_code == 422 and "repeated form field: denoise" in r.json()["detail"]
+
+
+def test_page_has_photo_auto_and_a_denoise_slider(make_client) -> None:
+    client = make_client()
+    page = client.get("/").text
+    assert 'id="denoise" type="range" min="0" max="1" step="0.05"' in page
+    script = client.get("/static/app.js").text
+    assert "fields.denoise" in script and "fam.denoise" in script  # sent only where the model takes it

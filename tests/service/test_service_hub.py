@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from service.hub import ModelHub
@@ -30,3 +31,19 @@ def test_catalog_k_max_is_the_descriptors(tmp_path: Path) -> None:
     assert by_name["win-x2"]["k_max"] is describe(window).k_max is None
     assert hub.budget_k_max("dflt") == 8.0 and hub.budget_k_max("win") is None
     assert "path" not in by_name["dflt-x2"]  # server paths stay hidden
+
+
+def test_denoise_engines_are_offered_for_photo_and_auto_and_bounded(tmp_path: Path) -> None:
+    import service.hub as hub_module
+
+    for name in ("asa-base-x2", "photo-x2"):
+        _save(tmp_path, name, "adaptive", {"region": 4, "stride": 2})
+    hub = ModelHub(Settings(weights_dir=tmp_path, model="asa-base", preload=False))
+    assert hub.families() == {"asa-base": [2], "auto": [2], "photo": [2]}
+    assert hub.engine("photo") is hub.engine("photo", 1.0)  # the default strength: one engine
+    assert hub.engine("auto", 0.5) is hub.engine("auto", 0.5) and hub.engine("photo", 0.5).denoise == 0.5
+    for i in range(hub_module.MAX_DENOISE_ENGINES + 3):
+        hub.engine("photo", i / 100)
+    assert len(hub._denoise_engines) == hub_module.MAX_DENOISE_ENGINES
+    with pytest.raises(ValueError, match="denoise applies only to the models photo and auto"):
+        hub.engine("asa-base", 0.5)

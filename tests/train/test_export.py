@@ -52,3 +52,12 @@ def test_recipe_metadata() -> None:
     lineage = {"from": "asa-base-x2.safetensors", "steps": 12}
     assert recipe_metadata({"loss": "mse", "rgb_perm": 0.25}, lineage) == {
         "loss": "mse", "rgb_perm": "0.25", "init": "asa-base-x2.safetensors (step 12)"}
+
+
+def test_recipe_metadata_names_the_degradation_and_its_ranges() -> None:
+    from sr.data.degrade import TRAINING_CONFIGS
+
+    meta = recipe_metadata({"degrade": "photo"}, {})
+    assert meta["degrade"] == "photo"
+    assert json.loads(meta["degrade_config"]) == json.loads(json.dumps(TRAINING_CONFIGS["photo"].to_dict()))
+    assert "degrade" not in recipe_metadata({"degrade": ""}, {})

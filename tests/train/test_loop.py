@@ -565,3 +565,68 @@ def test_a_conv_only_init_is_no_continuation_of_the_weights_lineage(tmp_path):
     shipped = str(REPO / "weights" / "asa-base-x4.safetensors")
     assert init_lineage(shipped, model)["continues"]
     assert not init_lineage(shipped, model, layers="conv")["continues"]
+
+
+# -- degraded input (issue 42): a seeded pool of degraded patches, validation on degraded LR folders --
+
+
+def test_degraded_training_draws_a_cached_pool_and_logs_it(tmp_path):
+    from sr.data.degrade import training_config
+    from sr.data.pool import build_pool
+    from sr.train.loop import training_pairs
+
+    # (patch 8 + 2 x 12 LR margin) x 2 = 64 px: the 72 px textures hold a patch with its margins
+    cfg = _cfg(tmp_path, degrade="photo", pool=16, patch=8, steps=6, val_every=6, log_every=3)
+    Trainer(cfg).fit()
+    log = _log(cfg.run_dir)
+    start = next(r for r in log if r.get("event") == "start")
+    assert start["degrade"] == "photo" and start["pool"] == 16 and start["images"] == 16
+    assert 0 <= start["pool_clean_share"] <= 1 and start["skipped_small"] == 0
+    steps = [r for r in log if "loss" in r]
+    assert [r["step"] for r in steps] == [3, 6] and all(math.isfinite(r["loss"]) for r in steps)
+    assert all(0 <= r["data_share"] <= 1 for r in steps)
+    assert [r["step"] for r in log if r.get("event") == "val"] == [6]
+    assert len(list(Path(cfg.cache).glob("pool-*.npy"))) == 1  # made once, cached
+    assert json.loads((cfg.run_dir / "config.json").read_text())["degrade"] == "photo"
+    # what the run trains on: the pool's (HR, LR) patch pairs, LR exactly one patch
+    pairs, info = training_pairs(cfg)
+    ref, _ = build_pool(cfg.train, 2, 8, 16, cfg.seed, training_config("photo"), cfg.cache)
+    assert info["pool_clean_share"] == start["pool_clean_share"]
+    for (h, lr), (rh, rl) in zip(pairs, ref, strict=True):
+        assert h.shape == (16, 16, 3) and lr.shape == (8, 8, 3)
+        np.testing.assert_array_equal(h, rh)
+        np.testing.assert_array_equal(lr, rl)
+    with pytest.raises(ValueError, match="unknown degradation 'nope'"):
+        Trainer(_cfg(tmp_path / "bad", degrade="nope"))
+
+
+def test_validation_on_val_lr_folders_scores_their_files(tmp_path):
+    from sr.evaluation import model_upscaler, plan_sets, score_pairs
+    from sr.evaluation.degraded import build_degraded_set, set_folder_name
+    from sr.train.loop import validate
+
+    val = _textures(tmp_path / "val", n=2, size=48, seed=1)  # the folder _cfg makes
+    lr_dir = tmp_path / "degraded" / set_folder_name(val, "mild", 2)
+    build_degraded_set(val, lr_dir, 2, "mild")
+    cfg = _cfg(tmp_path, steps=2, val_every=2, log_every=1, val_lr=[str(lr_dir)])
+    trainer = Trainer(cfg)
+    name = set_name(lr_dir)  # the set goes by its LR folder's name: one HR folder, several degradations
+    results = validate(trainer.ema, cfg, torch.device("cpu"))
+    (plan,) = plan_sets([str(val)], [str(lr_dir)], 2)
+    scores = [(p, s) for _, _, p, s, _ in score_pairs(plan, model_upscaler(trainer.ema), 2)]
+    assert list(results) == [name]
+    assert results[name]["psnr"] == pytest.approx(np.mean([p for p, _ in scores]), abs=1e-9)
+    assert results[name]["ssim"] == pytest.approx(np.mean([s for _, s in scores]), abs=1e-9)
+    clean = validate(trainer.ema, _cfg(tmp_path, steps=2), torch.device("cpu"))
+    assert clean[set_name(val)]["psnr"] > results[name]["psnr"]  # the degraded LR is harder
+    trainer.fit()
+    (rec,) = [r for r in _log(cfg.run_dir) if r.get("event") == "val"]
+    assert math.isfinite(rec[f"{name}_psnr"]) and rec["step"] == 2
+
+
+def test_val_lr_needs_one_folder_per_val_folder(tmp_path):
+    message = r"--val-lr needs one folder per --val folder \(1 --val, 2 --val-lr\)"
+    with pytest.raises(ValueError, match=message):
+        Trainer(_cfg(tmp_path, val_lr=[str(tmp_path / "a"), str(tmp_path / "b")]))
+    with pytest.raises(ValueError, match=r"\(0 --val, 1 --val-lr\)"):
+        Trainer(_cfg(tmp_path, val=[], val_lr=[str(tmp_path / "a")]))

@@ -1,0 +1,155 @@
+"""Which model an input gets: ``--model auto`` and ``--denoise``.
+
+``auto`` picks per input file, from the file's own bytes (:func:`sr.lossy.inspect_compression`):
+the photo family (:data:`sr.PHOTO_MODEL`, fine-tuned on blurred, noisy, JPEG-compressed inputs) for
+lossy files (JPEG, lossy WebP), the default family (:data:`sr.DEFAULT_MODEL`) for lossless ones.
+:class:`AutoModel` holds one engine for each side, built at once from metadata (so a missing family
+is an error up front); their weights load on first use, as every engine's do.
+
+``denoise`` D in [0, 1] runs the photo family as a network interpolation with the default family of
+the same scale: every tensor (1 - D) * default + D * photo (:func:`sr.weights.load_blend`). D = 0 is
+the default family's weights exactly, D = 1 (the default) the photo family's. It applies to
+``photo`` (and its full names, ``photo-x2``) and to ``auto``'s lossy side only.
+
+:class:`sr.inference.Upscaler` takes ``model="auto"`` and ``denoise=`` itself, so the CLI, the
+service and Python callers share this one rule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import AUTO_MODEL, DEFAULT_MODEL, PHOTO_MODEL
+from ..descriptor import ModelDescriptor, family_of
+from ..lossy import Compression, inspect_compression
+
+if TYPE_CHECKING:
+    from .engine import Upscaler
+
+# Models that take a denoise strength, and the strength when none is given (the photo model as trained).
+DENOISE_MODELS = (PHOTO_MODEL, AUTO_MODEL)
+DEFAULT_DENOISE = 1.0
+# What auto reads to decide: a file path, the file's bytes, or an already known Compression.
+Source = str | Path | bytes | Compression
+
+
+def parse_denoise(value: object) -> float:
+    """A denoise strength in [0, 1] from a number or its text; ValueError saying why otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"denoise must be a number from 0 to 1, got {value!r}")
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise ValueError(f"denoise must be a number from 0 to 1, got {value!r}") from None
+    elif isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        raise ValueError(f"denoise must be a number from 0 to 1, got {value!r}")
+    if not math.isfinite(number) or not 0 <= number <= 1:
+        raise ValueError(f"denoise must be a number from 0 to 1 (0 = {DEFAULT_MODEL}, 1 = {PHOTO_MODEL}), "
+                         f"got {value!r}")
+    return number
+
+
+def takes_denoise(model: object) -> bool:
+    """Whether ``model`` (a name given to the engine) accepts a denoise strength: auto, the photo family
+    and its full names (photo-x2); not weights files, which are blended with nothing."""
+    if not isinstance(model, str) or "/" in model or "\\" in model or model.endswith(".safetensors"):
+        return False
+    return model == AUTO_MODEL or family_of(model) == PHOTO_MODEL
+
+
+def check_denoise(model: object, denoise: object | None) -> float | None:
+    """The strength ``model`` runs with: None for models without one (giving one is a ValueError),
+    :data:`DEFAULT_DENOISE` for photo and auto when none is given."""
+    if not takes_denoise(model):
+        if denoise is not None:
+            name = model if isinstance(model, str) else getattr(model, "name", str(model))
+            raise ValueError(f"denoise applies only to the models {' and '.join(DENOISE_MODELS)}, "
+                             f"not {name!r}")
+        return None
+    return DEFAULT_DENOISE if denoise is None else parse_denoise(denoise)
+
+
+def compression_of(source: Source | None, image: Any = None) -> Compression | None:
+    """What the file says about its compression (``source``: its path or bytes), or, without them,
+    what the decoded image's format says: JPEG is lossy; anything else (a WebP included, whose kind
+    only its bytes tell) is taken as lossless. None when nothing is known."""
+    if isinstance(source, Compression):
+        return source
+    if source is not None:
+        from ..io import _quiet_pillow  # Pillow's warnings stay quiet here too, as when decoding
+
+        try:
+            with _quiet_pillow():
+                return inspect_compression(source)
+        except Exception:  # noqa: BLE001 - unreadable here (the decoder reports why): use the format
+            pass
+    fmt = getattr(image, "format", None)
+    if not fmt:
+        return None
+    fmt = str(fmt).upper()
+    return Compression("JPEG", True) if fmt in ("JPEG", "MPO") else Compression(fmt, False)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model an input got from ``auto``, and why."""
+
+    model: str                        # the family run: PHOTO_MODEL or DEFAULT_MODEL
+    compression: Compression | None   # what decided it (None: nothing known, so lossless)
+    denoise: float | None = None      # the photo side's strength; None on the lossless side
+
+    @property
+    def lossy(self) -> bool:
+        return self.compression is not None and self.compression.lossy
+
+    def describe(self) -> str:
+        """E.g. 'auto: photo (JPEG, quality ~72)', 'auto: asa-base (PNG, lossless)'."""
+        model = self.model
+        if self.denoise is not None and self.denoise != DEFAULT_DENOISE:
+            model += f", denoise {self.denoise:g}"
+        why = self.compression.describe() if self.compression is not None else "format unknown"
+        return f"{AUTO_MODEL}: {model} ({why})"
+
+
+def choose(compression: Compression | None, denoise: float | None = DEFAULT_DENOISE) -> ModelChoice:
+    """The rule: lossy -> PHOTO_MODEL (at ``denoise``), else DEFAULT_MODEL."""
+    if compression is not None and compression.lossy:
+        return ModelChoice(PHOTO_MODEL, compression, DEFAULT_DENOISE if denoise is None else denoise)
+    return ModelChoice(DEFAULT_MODEL, compression)
+
+
+class AutoModel:
+    """``auto``'s two engines: ``make(family, denoise)`` builds each once, at construction (metadata
+    only: a missing family is an error now; weights load on first use)."""
+
+    def __init__(self, make: Callable[[str, float | None], Upscaler], denoise: float | None) -> None:
+        self.denoise = DEFAULT_DENOISE if denoise is None else denoise
+        self.engines: dict[str, Upscaler] = {
+            DEFAULT_MODEL: make(DEFAULT_MODEL, None),
+            PHOTO_MODEL: make(PHOTO_MODEL, self.denoise),
+        }
+        lossless, lossy = self.engines[DEFAULT_MODEL], self.engines[PHOTO_MODEL]
+        self.scales = sorted(set(lossless.scales) & set(lossy.scales))
+        if not self.scales:
+            raise ValueError(f"{AUTO_MODEL} needs {DEFAULT_MODEL} and {PHOTO_MODEL} at a common scale "
+                             f"({DEFAULT_MODEL}: {lossless.scales}, {PHOTO_MODEL}: {lossy.scales})")
+        for engine in self.engines.values():  # both sides plan the same passes as auto itself
+            engine.scales = list(self.scales)
+
+    @property
+    def descriptors(self) -> dict[int, ModelDescriptor]:
+        """The lossless side's descriptors at the common scales (what ``plan`` and ``align`` need)."""
+        return {s: self.engines[DEFAULT_MODEL]._descriptors[s] for s in self.scales}
+
+    def choose(self, source: Source | None, image: Any = None) -> ModelChoice:
+        return choose(compression_of(source, image), self.denoise)
+
+    def engine(self, choice: ModelChoice) -> Upscaler:
+        return self.engines[choice.model]
