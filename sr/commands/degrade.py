@@ -35,7 +35,7 @@ class DegradedTarget:
     hr_dir: Path
     level: str
     out: Path
-    exists: bool  # already built from the same inputs: kept as it is
+    existing: dict | None  # the manifest of the very same set already there (kept as it is), else None
 
 
 def parse_levels(choice: str, flag: str = "--level") -> list[str]:
@@ -76,29 +76,30 @@ def plan_degraded(
         for level in levels:
             out = root / set_folder_name(hr_dir, level, scale)
             try:
-                exists = existing_set(hr_dir, out, scale, level, seed) is not None
+                existing = existing_set(hr_dir, out, scale, level, seed)
             except (ValueError, OSError) as e:
                 raise CLIError(str(e)) from None
-            targets.append(DegradedTarget(Path(hr_dir), level, out, exists))
+            targets.append(DegradedTarget(Path(hr_dir), level, out, existing))
     return targets
 
 
 def build_targets(targets: list[DegradedTarget], scale: int, seed: int, quiet: bool = False) -> list[dict]:
-    """Build the targets not yet there (each written whole or not at all); their manifests in order."""
+    """Build the targets not yet there (each written whole or not at all); their manifests in order.
+    Sets the plan found intact are taken as planned, not checked a second time."""
     from ..evaluation.degraded import build_degraded_set
     from ..io import ImageError
 
     manifests = []
     for t in targets:
         try:
-            manifest = build_degraded_set(t.hr_dir, t.out, scale, t.level, seed)
+            manifest = t.existing or build_degraded_set(t.hr_dir, t.out, scale, t.level, seed)
         except (ValueError, ImageError, OSError) as e:
             raise CLIError(f"{t.out}: {e}") from None
         manifests.append(manifest)
         if not quiet:
             files = manifest["files"]
             size = sum((t.out / f["lr"]).stat().st_size for f in files)
-            what = "kept" if t.exists else "wrote"  # kept: the same set, from the same images and seed
+            what = "kept" if t.existing else "wrote"  # kept: the same set, from the same images and seed
             print(f"{what} {t.out}: {len(files)} images, {_kinds(files)}, {size / 1024:.0f} KiB", flush=True)
     return manifests
 

@@ -254,6 +254,11 @@ def blind_means(results: list[SetResult], levels: dict[str, str], scale: int) ->
     return out
 
 
+def _set_line(name: str, width: int, images: int, p: float, s: float) -> str:
+    """One line of the summary table: a set (or a blind mean) with its image count and means."""
+    return f"  {name:<{width}}  {images:>6}  {p:>8.4f}  {s:>7.4f}"
+
+
 def _row(name: str, width: int, p: float, s: float) -> str:
     return f"  {name:<{width}}  {p:>8.4f}  {s:>7.4f}"
 
@@ -354,10 +359,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n  {'set':<{width}}  {'images':>6}  {'PSNR':>8}  {'SSIM':>7}")
     last = {r.plan.hr_dir: r for r in results}  # a folder's blind mean follows its last set
     for r in results:
-        print(f"  {r.plan.name:<{width}}  {len(r.rows):>6}  {r.psnr:>8.4f}  {r.ssim:>7.4f}")
+        print(_set_line(r.plan.name, width, len(r.rows), r.psnr, r.ssim))
         for b in blind or []:
             if last[b.hr_dir] is r:
-                print(f"  {b.name:<{width}}  {b.images:>6}  {b.psnr:>8.4f}  {b.ssim:>7.4f}")
+                print(_set_line(b.name, width, b.images, b.psnr, b.ssim))
     if blind:
         print(f"\n  blind mean = the mean of a folder's {', '.join(BLIND_LEVELS)} sets scored here")
 

@@ -152,9 +152,11 @@ def build_degraded_set(
             params = sample_params(cfg, scale, rng)
             lr, data = apply_with_file(rgb, scale, params, rng)
             target = tmp / f"{path.stem}_x{scale}{'.jpg' if data is not None else '.png'}"
-            atomic_write(target, data if data is not None else _png(lr))
+            payload = data if data is not None else _png(lr)
+            atomic_write(target, payload)
             files.append({
-                "hr": path.name, "hr_sha256": _sha256(path), "lr": target.name, "lr_sha256": _sha256(target),
+                "hr": path.name, "hr_sha256": _sha256(path), "lr": target.name,
+                "lr_sha256": hashlib.sha256(payload).hexdigest(),
                 "params": params.to_dict(),
             })
         manifest = {**header, "files": files}

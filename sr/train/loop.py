@@ -25,7 +25,7 @@ from tqdm import tqdm
 from ..data import PatchDataset, PatchSampler, build_pairs, check_rescale, check_rgb_perm
 from ..data.degrade import training_config
 from ..data.pool import build_pool
-from ..evaluation import evaluate_folder, model_upscaler, plan_sets, score_pairs, set_name
+from ..evaluation import model_upscaler, plan_sets, score_pairs, set_name
 from ..inference.devices import cpu_has_amx, resolve_device, usable_cpus
 from ..io import atomic_write
 from ..models import SRNet, build_config, count_params
@@ -178,18 +178,10 @@ def validate(model: SRNet, cfg: TrainConfig, device: torch.device) -> dict[str, 
     model.eval()
     upscale = model_upscaler(model, device)
     results = {}
-    if cfg.val_lr:
-        for plan in plan_sets(cfg.val, cfg.val_lr, cfg.scale):
-            rows = [(p, s) for _, _, p, s, _ in score_pairs(plan, upscale, cfg.scale)]
-            results[val_set_name(plan.hr_dir, plan.lr_dir)] = {
-                "psnr": sum(r[0] for r in rows) / len(rows), "ssim": sum(r[1] for r in rows) / len(rows),
-            }
-        return results
-    for folder in cfg.val:
-        scores = evaluate_folder(folder, cfg.scale, upscale)
-        results[set_name(folder)] = {
-            "psnr": sum(s.psnr for s in scores) / len(scores),
-            "ssim": sum(s.ssim for s in scores) / len(scores),
+    for plan in plan_sets(cfg.val, cfg.val_lr or None, cfg.scale):
+        rows = [(p, s) for _, _, p, s, _ in score_pairs(plan, upscale, cfg.scale)]
+        results[val_set_name(plan.hr_dir, plan.lr_dir)] = {
+            "psnr": sum(r[0] for r in rows) / len(rows), "ssim": sum(r[1] for r in rows) / len(rows),
         }
     return results
 

@@ -17,11 +17,6 @@ from sr.cli import main
 from sr.evaluation.degraded import DEFAULT_SEED, MANIFEST, build_degraded_set
 
 
-@pytest.fixture(autouse=True)
-def _restore_argv(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "argv", list(sys.argv))  # sr.cli.main rewrites sys.argv
-
-
 @pytest.fixture(scope="module")
 def hr(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("hr")

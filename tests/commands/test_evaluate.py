@@ -20,11 +20,6 @@ from sr.resize import modcrop
 from sr.weights import load_weights, save_weights
 
 
-@pytest.fixture(autouse=True)
-def _restore_argv(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "argv", list(sys.argv))  # sr.cli.main rewrites sys.argv
-
-
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two small sets: 'alpha' (two RGB, one gray) and 'beta' laid out as beta/HR (one RGB)."""

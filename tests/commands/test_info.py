@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,6 @@ from sr.cli import main
 from sr.commands.info import attention_summary, preset_of
 from sr.models import PRESETS, build_config, build_model, count_macs, count_params
 from sr.weights import save_weights
-
-
-@pytest.fixture(autouse=True)
-def _restore_argv(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "argv", list(sys.argv))  # sr.cli.main rewrites sys.argv
 
 
 def _info(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
