@@ -272,8 +272,9 @@ def test_clean_share_is_respected(share: float) -> None:
     assert np.mean(clean) == pytest.approx(share, abs=4 * math.sqrt(share * (1 - share) / n) + 1e-9)
 
 
-def test_step_probabilities_are_respected_among_the_degraded() -> None:
-    cfg = TRAINING_CONFIGS["photo"]
+@pytest.mark.parametrize("name", sorted(TRAINING_CONFIGS))
+def test_step_probabilities_are_respected_among_the_degraded(name: str) -> None:
+    cfg = TRAINING_CONFIGS[name]
     rng = np.random.default_rng(12)
     params = [p for p in (sample_params(cfg, 2, rng) for _ in range(3000)) if not p.clean]
     n = len(params)
@@ -311,6 +312,21 @@ def test_step_probabilities_are_respected_among_the_degraded() -> None:
 def test_config_validation(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         DegradeConfig(**kwargs)
+
+
+def test_photo_sharp_shares_of_all_samples() -> None:
+    # the documented split of the second cycle: 30% clean, 38.5% resized (+ JPEG) only, 31.5% full chain
+    cfg = TRAINING_CONFIGS["photo-sharp"]
+    rng = np.random.default_rng(13)
+    params = [sample_params(cfg, 4, rng) for _ in range(4000)]
+    sharp = [not p.clean and p.blur is None and p.gauss is None and p.poisson is None and p.second is None
+             for p in params]
+    tol = 4 * math.sqrt(0.25 / len(params))
+    assert np.mean([p.clean for p in params]) == pytest.approx(0.30, abs=tol)
+    # a full-chain sample may also draw no blur, noise or second round (0.4 x 0.5 x 0.8 of them): the
+    # sharp-looking share is the sharp share plus those
+    full = 0.7 * (1 - 0.55)
+    assert np.mean(sharp) == pytest.approx(0.7 * 0.55 + full * 0.4 * 0.5 * 0.8, abs=tol)
 
 
 def test_training_configs_by_name() -> None:
