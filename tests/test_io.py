@@ -800,7 +800,8 @@ def test_every_format_list_is_derived_from_the_formats_table():
 
     import service.app
     from service.pipeline import mime_types, output_format, request_formats
-    from sr.commands.upscale import format_choices, same_format
+    from sr.batch.jobs import same_format
+    from sr.commands.upscale import format_choices
     from sr.io import FORMATS, listed_suffixes, read_formats, read_suffixes
 
     assert read_formats() == ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF", "PPM", "AVIF")
@@ -824,8 +825,8 @@ def test_a_new_format_is_one_row(tmp_path, monkeypatch):
     """One row added to FORMATS reaches the readers, the writers, the CLI and the dataset listings."""
     import service.pipeline
     import sr.io
+    from sr.batch.jobs import collect_inputs, same_format
     from sr.cli import build_parser
-    from sr.commands.upscale import collect_inputs, same_format
     from sr.data.patches import find_images
     from sr.evaluation import list_images
 

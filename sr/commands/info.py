@@ -81,7 +81,7 @@ def load(name: str) -> ModelDescriptor:
     """The descriptor (network loaded) of a weights path or shipped name, else of a preset name
     (random weights, no metadata)."""
     from ..models import PRESETS, build_model, parse_name
-    from ..weights import WeightsError, describe, resolve_weights, shipped_models
+    from ..weights import WeightsError, describe, loaded, resolve_weights, shipped_models
 
     path_like = name.endswith(".safetensors") or Path(name).exists()
     try:
@@ -100,7 +100,7 @@ def load(name: str) -> ModelDescriptor:
             ) from None
         return ModelDescriptor.from_net(build_model(name).eval(), name)
     try:
-        return describe(path).load()
+        return loaded(describe(path))
     except WeightsError as e:
         raise CLIError(str(e)) from None
 
@@ -115,8 +115,9 @@ def _validation(text: str) -> str:
 
 def describe(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]]:
     from ..models import count_params
+    from ..weights import loaded
 
-    model, meta, path = desc.load().net, desc.meta, desc.path
+    model, meta, path = loaded(desc).net, desc.meta, desc.path
     cfg = model.cfg
     n_attn = cfg.blocks // cfg.attn_every if cfg.attention != "none" else 0
     params = count_params(model)
