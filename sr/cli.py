@@ -7,6 +7,8 @@ import importlib
 import os
 import sys
 
+from . import __version__
+
 # CLIError lives in sr.errors (commands import it from there); re-exported for older imports
 from .errors import CLIError as CLIError
 
@@ -28,6 +30,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sr", description="Image super-resolution with adaptive sparse attention."
     )
+    parser.add_argument("--version", action="version", version=f"sr {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
