@@ -35,9 +35,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,13 @@ if TYPE_CHECKING:
 
     from ..inference import Upscaler
 
+# Ray 2.5x+: a cluster started where ~/.ray/auth_token exists has token authentication on, and a
+# driver given an address sends its token only with RAY_AUTH_MODE=token (Ray never turns it on for
+# an explicit address by itself).
+AUTH_REFUSED = ("Ray at {target!r} refused this client's authentication token (InvalidAuthToken): "
+                "the cluster has token authentication on; set RAY_AUTH_MODE=token and give this "
+                "machine the cluster's token (the head's ~/.ray/auth_token, copied to "
+                "~/.ray/auth_token here, or RAY_AUTH_TOKEN); docs/cluster.md")
 INSTALL_HINT = "--ray needs Ray Data: pip install 'sr[cluster]' (or pip install 'ray[data]')"
 # Attempts per image when its worker dies (crash, OOM kill, lost node): a file that kills every worker
 # it meets is reported as failed instead of taking the batch down or looping forever.
@@ -97,11 +105,20 @@ def connect(address: str | None) -> contextlib.AbstractContextManager:
     # A Ray we start runs its workers at our priority: Ray's default (nice 15) lets any other job on
     # the machine starve them, which the local command, at nice 0, would not suffer.
     own = {"_system_config": {"worker_niceness": 0}} if target == "local" else {}
-    try:
-        ray.init(address=target, include_dashboard=False, logging_level=logging.WARNING,
-                 configure_logging=True, log_to_driver=True, **own)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    with _stderr_held() as held:
+        try:
+            ray.init(address=target, include_dashboard=False, logging_level=logging.WARNING,
+                     configure_logging=True, log_to_driver=True, **own)
+            failed = None
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            failed = e
+        said = held()
+    if failed is None:
+        sys.stderr.write(said)  # what Ray said while joining, now that it is not a failure
+    elif "InvalidAuthToken" in said or "Unauthenticated" in said:
+        raise CLIError(AUTH_REFUSED.format(target=target)) from None
+    else:
+        first = str(failed).strip().splitlines()[0] if str(failed).strip() else type(failed).__name__
         raise CLIError(f"cannot start or join Ray at {target!r}: {first}") from None
 
     @contextlib.contextmanager
@@ -112,6 +129,23 @@ def connect(address: str | None) -> contextlib.AbstractContextManager:
             ray.shutdown()
 
     return session()
+
+
+@contextlib.contextmanager
+def _stderr_held() -> Iterator[Callable[[], str]]:
+    """Hold what is written to file descriptor 2 (Ray's C++ core logs there, not through Python) and
+    give it as text: a refused token is one retry line a second for ~15 s, then "Failed to connect"
+    without the reason; the lines are read for the reason instead of shown."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as spool:
+        os.dup2(spool.fileno(), 2)
+        try:
+            yield lambda: (spool.seek(0), spool.read().decode(errors="replace"))[1]
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _probe(address: str, timeout: float = 5.0) -> None:
