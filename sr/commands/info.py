@@ -200,7 +200,8 @@ def shipped_lines() -> list[str]:
         families.setdefault(desc.family, []).append(desc)
     if not families:
         return [f"no shipped models in {WEIGHTS_DIR}"]
-    lines = [f"shipped models ({WEIGHTS_DIR}); sr info NAME for one in full, --all for every preset"]
+    lines = [f"shipped models ({WEIGHTS_DIR}); sr info NAME for one in full, --all for every preset;",
+             f"what the terms mean for you: the model card, {WEIGHTS_DIR / 'README.md'}, Licence and terms"]
     width = max(len(f) for f in families)
     for family, descs in sorted(families.items()):
         descs.sort(key=lambda d: d.scale)
@@ -212,8 +213,7 @@ def shipped_lines() -> list[str]:
         pad = " " * width
         lines += [f"{family:<{width}}  {scales}, {count} params",
                   f"{pad}  PSNR {_psnr_line(descs)}",
-                  f"{pad}  terms: {terms.summary(json.dumps(data), most=2)}; see the model card "
-                  "(weights/README.md, Licence and terms)"]
+                  f"{pad}  terms: {terms.summary(json.dumps(data), most=2)}"]
     return lines
 
 

@@ -133,10 +133,12 @@ def test_no_argument_lists_the_shipped_families_from_metadata_alone(
     monkeypatch.setattr(sr.weights, "load_weights", None)  # listing must not read any tensor
     code, out, err = _info(capsys)
     assert code == 0 and err == ""
-    lines = out.splitlines()
-    assert lines[1].startswith("mine  x2 / x4, ") and lines[1].endswith(" M params")
-    assert lines[2].strip() == "PSNR Set5 32.00 / 34.00 dB (x2 / x4)"
-    assert lines[3].strip().startswith("terms: non-commercial research only (PolyU); not stated at")
+    header, lines = out.splitlines()[:2], out.splitlines()[2:]
+    assert header[1].endswith(f"{tmp_path / 'README.md'}, Licence and terms")
+    assert lines[0].startswith("mine  x2 / x4, ") and lines[0].endswith(" M params")
+    assert lines[1].strip() == "PSNR Set5 32.00 / 34.00 dB (x2 / x4)"
+    assert lines[2].strip() == ("terms: non-commercial research only (PolyU); "
+                                "not stated at the source (BSD200, T91, Kodak24, McMaster)")
     assert "asa-small" not in out  # untrained presets: only with --all
 
 
