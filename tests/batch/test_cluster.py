@@ -212,6 +212,11 @@ def test_bad_ray_flags_are_clear_errors(tmp_path, tiny_x2, local_ray, capsys):
     assert upscale(tmp_path / "x.png", tmp_path / "out", tiny_x2, "--ray", f"127.0.0.1:{port}") == 2
     assert f"cannot reach Ray at 127.0.0.1:{port}" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    (tmp_path / "a-file").write_text("not a folder")
+    uncreatable = tmp_path / "a-file" / "out"  # before any image: one line, exit 1, as without --ray
+    assert upscale(tmp_path / "x.png", uncreatable, tiny_x2, "--ray") == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"sr upscale: error: cannot create output folder {uncreatable} (")
 
 
 def test_pool_plan_uses_gpus_where_the_cluster_has_them():
