@@ -1,14 +1,18 @@
-"""Build hook only (the project is configured in pyproject.toml): ship weights/ inside the wheel.
+"""The package layout and a build hook (everything else is configured in pyproject.toml).
 
-The top-level weights/ folder is where the project keeps its exported weights and model card; a
-wheel has no top level of its own, so the build copies the folder into the package as sr/_weights/,
-where sr.weights finds it after a normal (non-editable) install, from any working directory.
+Packages: ``sr`` and its sub-packages, and the checkout's service/ folder installed as ``sr.service``
+(under the project's own name: a top-level ``service`` would collide with any other project's).
+
+Build hook: ship weights/ inside the wheel. The top-level weights/ folder is where the project keeps
+its exported weights and model card; a wheel has no top level of its own, so the build copies the
+folder into the package as sr/_weights/, where sr.weights finds it after a normal (non-editable)
+install, from any working directory.
 """
 
 import shutil
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
 
@@ -23,4 +27,9 @@ class BuildPyWithWeights(build_py):
                 shutil.copy2(f, target / f.name)
 
 
-setup(cmdclass={"build_py": BuildPyWithWeights})
+setup(
+    packages=[*find_packages(include=["sr", "sr.*"]), "sr.service"],
+    package_dir={"sr.service": "service"},
+    package_data={"sr.service": ["static/*"]},
+    cmdclass={"build_py": BuildPyWithWeights},
+)

@@ -6,6 +6,9 @@ import argparse
 import importlib
 import os
 import sys
+from collections.abc import Callable
+
+from . import __version__
 
 # CLIError lives in sr.errors (commands import it from there); re-exported for older imports
 from .errors import CLIError as CLIError
@@ -19,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "export a training checkpoint's EMA weights to safetensors"),
     "info": ("info", "architecture, params and MACs of a model name or weights file"),
     "serve": ("serve", "run the HTTP service (FastAPI + web page)"),
-    "bench": ("bench", "benchmarks: attention, train, upscale, paths, serve, budget, ablation, peers"),
+    "bench": ("bench", "benchmarks: attention, train, upscale, paths, serve"),
 }
 
 
@@ -28,6 +31,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sr", description="Image super-resolution with adaptive sparse attention."
     )
+    parser.add_argument("--version", action="version", version=f"sr {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -52,15 +56,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(command)
     args = parser.parse_args(argv)
     module = importlib.import_module(f"sr.commands.{args._module}")
+    return guarded(f"sr {args.command}", lambda: module.run(args))
+
+
+def guarded(prog: str, call: Callable[[], int | None]) -> int:
+    """Run a command's ``call`` as ``prog``: its exit code; a CLIError is its one-line message and
+    code, Ctrl-C is 130, a reader that left early is a quiet 1. Never a traceback for these."""
     try:
-        code = int(module.run(args) or 0)
+        code = int(call() or 0)
         sys.stdout.flush()  # a closed pipe raises here, in the handler below, not at interpreter exit
         return code
     except CLIError as e:
-        print(f"sr {args.command}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return e.code
     except KeyboardInterrupt:
-        print(f"sr {args.command}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # the reader left (`sr info ... | head`): stop quietly, and point stdout at devnull so that

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,8 @@ def _int(text: str | None) -> int | None:
 @dataclass
 class ModelDescriptor:
     """A model as callers use it. ``net`` is None for a metadata-only descriptor (``describe``):
-    everything but the weights is known then, and :meth:`load` reads them."""
+    everything but the weights is known then, and :func:`sr.weights.loaded` reads them (files are
+    sr.weights' business: this module imports nothing of it)."""
 
     config: NetConfig
     name: str  # the weights file's stem ("asa-base-x2"), or the preset name of an unsaved network
@@ -130,15 +131,3 @@ class ModelDescriptor:
         except ValueError:
             return {}
         return value if isinstance(value, dict) else {}
-
-    # -- weights -----------------------------------------------------------------------------
-    def load(self, map_location: str | torch.device = "cpu") -> ModelDescriptor:
-        """This descriptor with its network (eval mode); itself when it has one already."""
-        if self.net is not None:
-            return self
-        if self.path is None:
-            raise ValueError(f"{self.name}: no weights file to load")
-        from .weights import load_weights  # sr.weights builds descriptors: imported when needed
-
-        net, _ = load_weights(self.path, map_location)
-        return replace(self, net=net)

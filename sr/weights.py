@@ -134,9 +134,19 @@ def describe(path: str | Path) -> ModelDescriptor:
     return ModelDescriptor(cfg, path.stem, path, meta)
 
 
+def loaded(desc: ModelDescriptor, map_location: str | torch.device = "cpu") -> ModelDescriptor:
+    """``desc`` with its network (eval mode) read from its file; itself when it has one already."""
+    if desc.net is not None:
+        return desc
+    if desc.path is None:
+        raise WeightsError(f"{desc.name}: no weights file to load")
+    net, _ = load_weights(desc.path, map_location)
+    return replace(desc, net=net)
+
+
 def load_model(name_or_path: str | Path, map_location: str | torch.device = "cpu") -> ModelDescriptor:
     """A shipped model's name or a .safetensors path -> its descriptor with the network loaded."""
-    return describe(resolve_weights(str(name_or_path))).load(map_location)
+    return loaded(describe(resolve_weights(str(name_or_path))), map_location)
 
 
 def find_models(

@@ -91,6 +91,16 @@ def test_parser_lists_every_command() -> None:
     assert set(sub.choices) == set(COMMANDS)
 
 
+def test_version_is_the_package_version(capsys: pytest.CaptureFixture) -> None:
+    import sr
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"sr {sr.__version__}"
+    assert sr.__version__.count(".") == 2
+
+
 def test_python_m_sr_usage_error_has_no_traceback() -> None:
     proc = subprocess.run([sys.executable, "-m", "sr", "no-such-command"], capture_output=True, text=True,
                           timeout=60)

@@ -14,7 +14,7 @@ from sr.inference import Upscaler, list_models
 from sr.io import DecodedImage
 from sr.models import NetConfig, SRNet, count_params
 from sr.models.attention import AttentionBranch
-from sr.weights import WeightsError, catalog, describe, find_models, load_model, save_weights
+from sr.weights import WeightsError, catalog, describe, find_models, load_model, loaded, save_weights
 
 
 def test_a_shipped_model_described_and_loaded() -> None:
@@ -47,9 +47,9 @@ def test_a_tiny_model_without_attention(tmp_path: Path) -> None:
     assert (desc.name, desc.family, desc.scale, desc.steps) == ("mine-x3", "mine", 3, 12)
     assert desc.k_max is None and not desc.has_budget and desc.align == 1
     assert desc.preset == "custom" and desc.validation == {}
-    loaded = desc.load()
-    assert loaded.net is not None and desc.net is None  # load() returns a new descriptor
-    assert torch.equal(loaded.net.head.weight, net.head.weight)
+    with_net = loaded(desc)
+    assert with_net.net is not None and desc.net is None  # loaded() returns a new descriptor
+    assert torch.equal(with_net.net.head.weight, net.head.weight)
     name, found = find_models("mine", tmp_path)
     assert name == "mine" and list(found) == [3] and found[3].path == path
     assert [d.name for d in catalog(tmp_path)] == ["mine-x3"]

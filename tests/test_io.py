@@ -798,10 +798,11 @@ def test_every_file_writer_goes_through_atomic_write(tmp_path, monkeypatch):
 def test_every_format_list_is_derived_from_the_formats_table():
     import typing
 
-    import service.app
-    from service.pipeline import mime_types, output_format, request_formats
-    from sr.commands.upscale import format_choices, same_format
+    import sr.service.app
+    from sr.batch.jobs import same_format
+    from sr.commands.upscale import format_choices
     from sr.io import FORMATS, listed_suffixes, read_formats, read_suffixes
+    from sr.service.pipeline import mime_types, output_format, request_formats
 
     assert read_formats() == ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF", "PPM", "AVIF")
     assert tuple(f.name for f in FORMATS.values() if f.writable) == ("png", "jpeg", "webp")
@@ -812,20 +813,21 @@ def test_every_format_list_is_derived_from_the_formats_table():
     same = [same_format(Path(f"a{s}")) for s in (".JPEG", ".webp", ".png", ".tif")]
     assert same == ["jpg", "webp", "png", "png"]
     assert request_formats() == ("png", "jpg", "jpeg", "webp", "same")
-    assert mime_types() == service.app.MIME == {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp"}
+    want = {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp"}
+    assert mime_types() == sr.service.app.MIME == want
     assert [output_format("same", s) for s in ("PNG", "JPEG", "MPO", "WEBP", "TIFF", None)] == [
         "png", "jpg", "jpg", "webp", "png", "png"]
     assert output_format("jpeg", None) == "jpg"
-    hint = typing.get_type_hints(service.app.upscale, include_extras=True)["fmt"]
+    hint = typing.get_type_hints(sr.service.app.upscale, include_extras=True)["fmt"]
     assert typing.get_args(typing.get_args(hint)[0]) == request_formats()
 
 
 def test_a_new_format_is_one_row(tmp_path, monkeypatch):
     """One row added to FORMATS reaches the readers, the writers, the CLI and the dataset listings."""
-    import service.pipeline
     import sr.io
+    import sr.service.pipeline
+    from sr.batch.jobs import collect_inputs, same_format
     from sr.cli import build_parser
-    from sr.commands.upscale import collect_inputs, same_format
     from sr.data.patches import find_images
     from sr.evaluation import list_images
 
@@ -842,7 +844,7 @@ def test_a_new_format_is_one_row(tmp_path, monkeypatch):
     assert same_format(tmp_path / "a.tga") == "tga"
     args = build_parser("upscale").parse_args(["upscale", "x.png", "-o", "out", "-f", "tga"])
     assert args.format == "tga"
-    assert service.pipeline.request_formats()[-2:] == ("tga", "same")
-    assert service.pipeline.mime_types()["tga"] == "image/x-tga"
-    assert service.pipeline.output_format("same", "TGA") == "tga"
-    assert service.pipeline.looks_like_image((tmp_path / "a.tga").read_bytes())
+    assert sr.service.pipeline.request_formats()[-2:] == ("tga", "same")
+    assert sr.service.pipeline.mime_types()["tga"] == "image/x-tga"
+    assert sr.service.pipeline.output_format("same", "TGA") == "tga"
+    assert sr.service.pipeline.looks_like_image((tmp_path / "a.tga").read_bytes())

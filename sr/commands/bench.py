@@ -1,4 +1,6 @@
-"""``sr bench WHAT``: benchmarks (not tests). Each lives in ``sr.bench.<what>`` with add_arguments/run."""
+"""``sr bench WHAT``: benchmarks of what users run (not tests). Each lives in ``sr.bench.<what>`` with
+add_arguments/run. Research studies (training curves, ablations, budget studies, peers) are scripts
+of the checkout's research/ folder, not installed with the package."""
 
 from __future__ import annotations
 
@@ -13,10 +15,6 @@ BENCHMARKS = {
     "upscale": "upscaling throughput (output MP/s) of shipped models vs bicubic",
     "paths": "inference paths side by side: tiered vs static attention, torch.compile, onnxruntime",
     "serve": "bounded load test of the HTTP service on loopback",
-    "budget": "does the attention budget follow detail; what halving it costs in PSNR and saves in time",
-    "ablation": "training runs compared at equal compute: one table of quality, cost and speed",
-    "peers": "CPU speed of our model against IMDN's published architecture, per scale, side by side",
-    "curves": "training curves on the new data: gains, dB per doubling, the gap to CARN-M",
 }
 
 

@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from ..errors import CLIError
 
 if TYPE_CHECKING:
     import torch
+    from tqdm import tqdm
 
     from ..descriptor import ModelDescriptor
     from ..evaluation import SetPlan, SetResult, UpscaleFn
@@ -57,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", type=int, required=True, help="upscaling factor (models: 2, 3 or 4)")
     p.add_argument(
         "--model", default="bicubic",
-        help="'bicubic' (default), a shipped model name (asa-base-x2) or a .safetensors weights file",
+        help="'bicubic' (default), a shipped family (asa-base: its --scale model), a model name "
+             "(asa-base-x2) or a .safetensors weights file",
     )
     p.add_argument("--channel", choices=("y", "rgb"), default="y", help="score Y (default) or RGB")
     p.add_argument(
@@ -122,14 +125,19 @@ def load_model(
     ``budget`` overrides the adaptive attention's mean number of key regions per query region.
     """
     from ..evaluation import model_upscaler
-    from ..weights import WeightsError, load_model
+    from ..weights import WeightsError, find_models, loaded
 
     try:
-        model = load_model(name)
+        family, found = find_models(name)  # a file, a model name, or a family (asa-deep: each scale)
+        if scale not in found:
+            (only,) = found.values() if len(found) == 1 else (None,)
+            if only is not None and (only.path.stem == family or name.endswith(".safetensors")):
+                raise CLIError(f"{only.path} is a x{only.scale} model but --scale is {scale}")
+            have = ", ".join(f"x{s}" for s in sorted(found))
+            raise CLIError(f"{family} has no x{scale} model (it has {have})")
+        model = loaded(found[scale])
     except WeightsError as e:
         raise CLIError(f"{e} (or use --model bicubic)") from None
-    if model.scale != scale:
-        raise CLIError(f"{model.path} is a x{model.scale} model but --scale is {scale}")
     if budget is not None:
         set_budget(model, budget)
     net = model.net.to(device)
@@ -266,8 +274,12 @@ def _row(name: str, width: int, p: float, s: float) -> str:
 # -- run --------------------------------------------------------------------------------------------
 
 
-def score_set(plan: SetPlan, upscale: UpscaleFn | None, args: argparse.Namespace) -> SetResult:
-    """Score (and print, and save) one set's images in order."""
+def score_set(
+    plan: SetPlan, upscale: UpscaleFn | None, args: argparse.Namespace, bar: tqdm | None = None
+) -> SetResult:
+    """Score (and print, and save) one set's images in order; ``bar`` counts them."""
+    from tqdm import tqdm
+
     from ..evaluation import SetResult, make_lr, score_pairs
     from ..resize import imresize, modcrop
 
@@ -287,8 +299,10 @@ def score_set(plan: SetPlan, upscale: UpscaleFn | None, args: argparse.Namespace
         except RuntimeError as e:  # out of device memory, mostly
             raise CLIError(f"{hr_path}: inference failed ({e}); try --device cpu") from None
         res.rows.append((hr_path.stem, p, s))
+        if bar is not None:
+            bar.update(1)
         if not args.quiet:
-            print(_row(hr_path.stem, width, p, s), flush=True)
+            tqdm.write(_row(hr_path.stem, width, p, s), file=sys.stdout)  # above the bar, not through it
         if args.save:
             if sr.ndim == 2 and (hr.ndim == 3 or args.gray_as_rgb):
                 # The classic baseline is scored on Y alone; save the viewable RGB bicubic instead.
@@ -353,7 +367,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"degraded LR: {', '.join(dict.fromkeys(t.level for t in targets))} "
               f"(seed {seed}, sets in {degrade_dir})")
     t0 = time.perf_counter()
-    results = [score_set(plan, upscale, args) for plan in plans]
+    from tqdm import tqdm
+
+    # On a terminal only (disable=None): a model on a large set is minutes of otherwise silent work.
+    with tqdm(total=sum(len(p.pairs) for p in plans), unit="img", disable=None, file=sys.stderr,
+              dynamic_ncols=True, leave=False) as bar:
+        results = [score_set(plan, upscale, args, bar) for plan in plans]
     blind = blind_means(results, set_levels, scale) if targets is not None else None
     width = max(12, *(len(r.plan.name) for r in results), *(len(b.name) for b in blind or []))
     print(f"\n  {'set':<{width}}  {'images':>6}  {'PSNR':>8}  {'SSIM':>7}")

@@ -1,5 +1,6 @@
-"""``sr info MODEL`` / ``sr info --all``: architecture, params and MACs of a preset or weights file,
-plus the training metadata stored in weights files."""
+"""``sr info``: the shipped models in a few lines (metadata only: fast); ``sr info MODEL``: the
+architecture, params, MACs and training metadata of a family (each scale), a model, a weights file or
+a preset; ``sr info --all``: every preset, the untrained experimental ones included."""
 
 from __future__ import annotations
 
@@ -35,8 +36,11 @@ META_HIDDEN = {"format", "config", "scale", "params", "preset", "attention"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", help="a model name (asa-base-x2) or a .safetensors weights file")
-    p.add_argument("--all", action="store_true", help="table of every preset at x2, x3 and x4")
+    p.add_argument("model", nargs="?",
+                   help="a shipped family (asa-base: each scale), a model name (asa-base-x2), a preset or "
+                        "a .safetensors weights file; without it: the shipped models")
+    p.add_argument("--all", action="store_true",
+                   help="table of every preset at x2, x3 and x4, the experimental (untrained) ones too")
     p.add_argument(
         "--size", default="1280x720", metavar="WxH",
         help="output size that MACs are counted for (default 1280x720)",
@@ -77,11 +81,28 @@ def _macs_line(model: SRNet, hw: tuple[int, int]) -> str:
     return f"{macs / 1e9:.2f} G for a {w * s}x{h * s} output ({w}x{h} input)"
 
 
+def load_all(name: str) -> list[ModelDescriptor]:
+    """A shipped family's models (network loaded), smallest scale first; else :func:`load`'s one."""
+    from ..weights import WeightsError, find_models, loaded
+
+    if not name.endswith(".safetensors") and not Path(name).exists():
+        try:
+            _, found = find_models(name)
+        except WeightsError:
+            found = {}
+        if len(found) > 1:
+            try:
+                return [loaded(found[s]) for s in sorted(found)]
+            except WeightsError as e:
+                raise CLIError(str(e)) from None
+    return [load(name)]
+
+
 def load(name: str) -> ModelDescriptor:
     """The descriptor (network loaded) of a weights path or shipped name, else of a preset name
     (random weights, no metadata)."""
     from ..models import PRESETS, build_model, parse_name
-    from ..weights import WeightsError, describe, resolve_weights, shipped_models
+    from ..weights import WeightsError, describe, loaded, resolve_weights, shipped_models
 
     path_like = name.endswith(".safetensors") or Path(name).exists()
     try:
@@ -100,7 +121,7 @@ def load(name: str) -> ModelDescriptor:
             ) from None
         return ModelDescriptor.from_net(build_model(name).eval(), name)
     try:
-        return describe(path).load()
+        return loaded(describe(path))
     except WeightsError as e:
         raise CLIError(str(e)) from None
 
@@ -115,8 +136,9 @@ def _validation(text: str) -> str:
 
 def describe(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]]:
     from ..models import count_params
+    from ..weights import loaded
 
-    model, meta, path = desc.load().net, desc.meta, desc.path
+    model, meta, path = loaded(desc).net, desc.meta, desc.path
     cfg = model.cfg
     n_attn = cfg.blocks // cfg.attn_every if cfg.attention != "none" else 0
     params = count_params(model)
@@ -167,10 +189,55 @@ def table_all(hw: tuple[int, int]) -> list[list[str]]:
     return rows
 
 
+def shipped_lines() -> list[str]:
+    """The shipped models by family: scales, params, one PSNR line and the data's terms, from the
+    files' metadata alone (no network is built: fast)."""
+    from .. import terms
+    from ..weights import WEIGHTS_DIR, catalog
+
+    families: dict[str, list[ModelDescriptor]] = {}
+    for desc in catalog():
+        families.setdefault(desc.family, []).append(desc)
+    if not families:
+        return [f"no shipped models in {WEIGHTS_DIR}"]
+    lines = [f"shipped models ({WEIGHTS_DIR}); sr info NAME for one in full, --all for every preset;",
+             f"what the terms mean for you: the model card, {WEIGHTS_DIR / 'README.md'}, Licence and terms"]
+    width = max(len(f) for f in families)
+    for family, descs in sorted(families.items()):
+        descs.sort(key=lambda d: d.scale)
+        scales = " / ".join(f"x{d.scale}" for d in descs)
+        params = sorted(d.params for d in descs)
+        count = f"{params[0] / 1e6:.2f} M" if params[0] == params[-1] else \
+            f"{params[0] / 1e6:.2f}-{params[-1] / 1e6:.2f} M"
+        data = sorted({path for d in descs for path in json.loads(d.train_data or "[]")})
+        pad = " " * width
+        lines += [f"{family:<{width}}  {scales}, {count} params",
+                  f"{pad}  PSNR {_psnr_line(descs)}",
+                  f"{pad}  terms: {terms.summary(json.dumps(data), most=2)}"]
+    return lines
+
+
+def _psnr_line(descs: list[ModelDescriptor]) -> str:
+    """'Set5 37.78 / 34.18 / 31.96 dB (x2 / x3 / x4)': the first set every scale was validated on."""
+    sets = [s for s in descs[0].validation if all(s in d.validation for d in descs)]
+    preferred = [s for s in ("Set5", "Set14", "valid") if s in sets] or sets
+    if not preferred:
+        return "not recorded in the files (the model card has its scores)"
+    name = preferred[0]
+    try:
+        values = " / ".join(f"{float(d.validation[name]['psnr']):.2f}" for d in descs)
+    except (KeyError, TypeError, ValueError):
+        return "not readable in the files"
+    return f"{name} {values} dB ({' / '.join(f'x{d.scale}' for d in descs)})"
+
+
 def run(args: argparse.Namespace) -> int:
     hw = parse_size(args.size)
-    if args.all == bool(args.model):
+    if args.all and args.model:
         raise CLIError("give either a MODEL or --all")
+    if not args.all and not args.model:
+        print("\n".join(shipped_lines()))
+        return 0
     if args.all:
         rows = table_all(hw)
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -179,10 +246,10 @@ def run(args: argparse.Namespace) -> int:
             cells = (c.rjust(wd) if c[:1].isdigit() else c.ljust(wd) for c, wd in zip(r, widths, strict=True))
             print("  ".join(cells).rstrip())
         return 0
-    desc = load(args.model)
-    print(desc.meta.get("name", desc.name) if desc.path else args.model)
-    rows = describe(desc, hw)
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        print(f"  {key:<{width}}  {value}")
+    for i, desc in enumerate(load_all(args.model)):
+        print(("\n" if i else "") + (desc.meta.get("name", desc.name) if desc.path else args.model))
+        rows = describe(desc, hw)
+        width = max(len(k) for k, _ in rows)
+        for key, value in rows:
+            print(f"  {key:<{width}}  {value}")
     return 0

@@ -41,8 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
 
-def build_settings(args: argparse.Namespace):  # -> service.settings.Settings (lazy import)
-    from service.settings import Settings, SettingsError, parse_origins, parse_tile
+def build_settings(args: argparse.Namespace):  # -> sr.service.settings.Settings (lazy import)
+    from sr.service.settings import Settings, SettingsError, parse_origins, parse_tile
 
     try:
         base = Settings.from_env()
@@ -64,8 +64,8 @@ def check_model(settings) -> None:
 
     Building the engine is cheap (it reads metadata only; weights load later, in the app).
     """
-    from service.hub import ModelHub, UnknownModelError
     from sr.inference import UpscaleError
+    from sr.service.hub import ModelHub, UnknownModelError
 
     hub = ModelHub(settings)
     try:
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from service.app import create_app
+    from sr.service.app import create_app
 
     app = create_app(settings)
     # Connections beyond what the pool can hold plus room for health checks get uvicorn's own 503.

@@ -269,7 +269,7 @@ class Upscaler:
                         desc = sr_weights.load_blend(self._blend_base[scale], desc, self.denoise,
                                                      name=f"{desc.name}@denoise={self.denoise:g}")
                     else:
-                        desc = desc.load()
+                        desc = sr_weights.loaded(desc)
                 except sr_weights.WeightsError as e:
                     raise UpscaleError(str(e)) from None
                 net = desc.net.to(device=self.device, dtype=self.dtype, memory_format=self.memory_format)

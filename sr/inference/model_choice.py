@@ -21,14 +21,19 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import AUTO_MODEL, DEFAULT_MODEL, PHOTO_MODEL
 from ..descriptor import ModelDescriptor, family_of
 from ..lossy import Compression, inspect_compression
 
-if TYPE_CHECKING:
-    from .engine import Upscaler
+
+class Upscaler(Protocol):
+    """What ``auto`` uses of each side's engine, an :class:`sr.inference.Upscaler` (described here,
+    not imported: the engine imports this module)."""
+
+    scales: list[int]
+    _descriptors: dict[int, ModelDescriptor]
 
 # Models that take a denoise strength, and the strength when none is given (the photo model as trained).
 DENOISE_MODELS = (PHOTO_MODEL, AUTO_MODEL)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -248,6 +249,46 @@ def test_errors_as_a_process(sets: dict[str, Path], tmp_path: Path) -> None:
     assert "sr eval: error:" in proc.stderr and "corrupt.safetensors" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not js.exists()
+
+
+def test_a_family_name_takes_the_model_of_the_scale(capsys: pytest.CaptureFixture, sets: dict[str, Path],
+                                                     weights: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sr.weights
+
+    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", weights.parent)  # holds tiny-x2 only
+    code, out, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", "tiny", "-q")
+    assert code == 0 and "model: tiny-x2 (" in out
+    code, _, err = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "3", "--model", "tiny")
+    assert code == 2 and err.strip() == "sr eval: error: tiny has no x3 model (it has x2)"
+
+
+def test_progress_bar_on_a_terminal_only(sets: dict[str, Path]) -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    argv = [sys.executable, "-m", "sr", "eval", "--hr", str(sets["alpha"]), "--scale", "2", "-q"]
+    piped = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == ""  # not a terminal: no bar
+    main_fd, tty_fd = pty.openpty()
+    fcntl.ioctl(tty_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a new pty is 0 wide
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=tty_fd, timeout=120)
+        os.close(tty_fd)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main_fd, 4096)
+            except OSError:  # the terminal's other end is closed: all read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(main_fd)
+    assert proc.returncode == 0
+    assert b"/3 [" in shown and b"img/s" in shown  # a bar over the set's 3 images (cleared at the end)
 
 
 # -- --degrade: seeded degraded sets built (or reused) and scored against the clean HR ----------------

@@ -108,7 +108,6 @@ def test_helpers() -> None:
         (["asa-base-x5"], "unknown model 'asa-base-x5'"),
         (["{tmp}/missing.safetensors"], "weights file not found"),
         (["{tmp}/bad.safetensors"], "not a readable safetensors file"),
-        ([], "give either a MODEL or --all"),
         (["asa-base-x2", "--all"], "give either a MODEL or --all"),
         (["asa-base-x2", "--size", "big"], "--size must look like 1280x720"),
     ],
@@ -118,3 +117,40 @@ def test_errors(capsys: pytest.CaptureFixture, tmp_path: Path, argv: list[str], 
     code, out, err = _info(capsys, *(a.format(tmp=tmp_path) for a in argv))
     assert code == 2 and out == ""
     assert err.startswith("sr info: error: ") and message in err
+
+
+def test_no_argument_lists_the_shipped_families_from_metadata_alone(
+    capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sr.weights
+
+    torch.manual_seed(0)
+    data = json.dumps(["../shared/datasets/train", "../shared/datasets/train-extra/polyu_half"])
+    for s in (2, 4):
+        save_weights(build_model(f"asa-small-x{s}"), tmp_path / f"mine-x{s}.safetensors", train_data=data,
+                     validation=json.dumps({"Set5": {"psnr": 30 + s, "ssim": 0.9}}))
+    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
+    monkeypatch.setattr(sr.weights, "load_weights", None)  # listing must not read any tensor
+    code, out, err = _info(capsys)
+    assert code == 0 and err == ""
+    header, lines = out.splitlines()[:2], out.splitlines()[2:]
+    assert header[1].endswith(f"{tmp_path / 'README.md'}, Licence and terms")
+    assert lines[0].startswith("mine  x2 / x4, ") and lines[0].endswith(" M params")
+    assert lines[1].strip() == "PSNR Set5 32.00 / 34.00 dB (x2 / x4)"
+    assert lines[2].strip() == ("terms: non-commercial research only (PolyU); "
+                                "not stated at the source (BSD200, T91, Kodak24, McMaster)")
+    assert "asa-small" not in out  # untrained presets: only with --all
+
+
+def test_a_family_name_shows_each_scale(capsys: pytest.CaptureFixture, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sr.weights
+
+    for s in (2, 3):
+        save_weights(build_model(f"asa-small-x{s}"), tmp_path / f"mine-x{s}.safetensors", name=f"run-x{s}")
+    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
+    code, out, _ = _info(capsys, "mine")
+    assert code == 0
+    blocks = out.split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == ["run-x2", "run-x3"]
+    assert [_fields(b)["scale"] for b in blocks] == ["x2", "x3"]

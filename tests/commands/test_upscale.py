@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -249,6 +250,39 @@ def test_bad_arguments_are_clear_errors(tmp_path, tiny, capsys, args, message):
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def unwritable_folder(tmp_path: Path) -> Path:
+    """An existing folder this process cannot write to: a read-only one, or for root (whom
+    permission bits do not stop) sysfs, where nobody may create files."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder
+    try:
+        fd, probe = tempfile.mkstemp(dir="/sys")
+    except OSError:
+        return Path("/sys")
+    os.close(fd)
+    os.unlink(probe)
+    pytest.skip("running as root with a writable /sys: no folder here that root cannot write to")
+
+
+def test_an_unusable_output_folder_fails_before_any_image_is_computed(tmp_path, tiny, monkeypatch, capsys):
+    from sr.inference import Upscaler
+
+    calls = []
+    monkeypatch.setattr(Upscaler, "upscale", lambda *a, **k: calls.append(a))
+    save(tmp_path / "x.png", photo(6, 6))
+    (tmp_path / "a-file").write_text("not a folder")
+    cases = [(unwritable_folder(tmp_path), "cannot write to output folder"),
+             (tmp_path / "a-file" / "out", "cannot create output folder")]
+    for outdir, message in cases:
+        assert sr(str(tmp_path / "x.png"), "-o", str(outdir), "--model", tiny) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"sr upscale: error: {message} {outdir} (") and "\n" not in err
+    assert calls == []
 
 
 def test_unknown_model_and_no_inputs(tmp_path, capsys):

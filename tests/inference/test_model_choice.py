@@ -19,7 +19,7 @@ from sr.io import DecodedImage, read_image
 from sr.lossy import Compression
 from sr.models import NetConfig, SRNet
 from sr.models.registry import ASA
-from sr.weights import WeightsError, blend_state_dicts, describe, load_blend, save_weights
+from sr.weights import WeightsError, blend_state_dicts, describe, load_blend, loaded, save_weights
 
 
 def _net(scale: int, seed: int, channels: int = 8) -> SRNet:
@@ -108,7 +108,7 @@ def test_denoise_ends_are_the_two_models_exactly_and_between_is_neither(folder) 
 
 def test_half_blend_weights_are_the_mean_and_are_cached(folder) -> None:
     base, photo = folder / f"{DEFAULT_MODEL}-x2.safetensors", folder / f"{PHOTO_MODEL}-x2.safetensors"
-    a, b = describe(base).load().net.state_dict(), describe(photo).load().net.state_dict()
+    a, b = loaded(describe(base)).net.state_dict(), loaded(describe(photo)).net.state_dict()
     got = load_blend(base, photo, 0.5).net.state_dict()
     assert got.keys() == a.keys()
     for key in a:

@@ -20,10 +20,10 @@ import uvicorn
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from service.app import create_app
-from service.settings import Settings
 from sr.bench.serve import free_port, stop_process
 from sr.models import build_model
+from sr.service.app import create_app
+from sr.service.settings import Settings
 from sr.weights import save_weights
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def make_image() -> Callable[..., bytes]:
 
 
 class JobGate:
-    """Stands in for service.app.run_job: each job signals it started, then waits for release (a slow
+    """Stands in for sr.service.app.run_job: each job signals it started, then waits for release (a slow
     model); ``job_changes`` are applied to the job before it really runs (e.g. tta=False)."""
 
     def __init__(self, real: Callable, **job_changes: object) -> None:
@@ -77,8 +77,8 @@ class JobGate:
 
 @pytest.fixture
 def gate_jobs(monkeypatch: pytest.MonkeyPatch) -> Callable[..., JobGate]:
-    """gate_jobs(**job_changes) installs a JobGate in place of service.app.run_job and returns it."""
-    import service.app as service_app
+    """gate_jobs(**job_changes) installs a JobGate in place of sr.service.app.run_job and returns it."""
+    import sr.service.app as service_app
 
     def install(**job_changes: object) -> JobGate:
         gate = JobGate(service_app.run_job, **job_changes)

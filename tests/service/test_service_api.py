@@ -15,9 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-import service.app as service_app
-from service.hub import family_of
-from service.pipeline import download_name
+import sr.service.app as service_app
+from sr.service.hub import family_of
+from sr.service.pipeline import download_name
 
 
 def _post(client, data: bytes, name: str = "photo.png", **fields):

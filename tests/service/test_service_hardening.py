@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageCms
 
-import service.app as service_app
-from service.settings import Settings, SettingsError
+import sr.service.app as service_app
 from sr.io import read_image
+from sr.service.settings import Settings, SettingsError
 
 
 def _post(client, data: bytes, name: str = "photo.png", **fields):

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from service.hub import ModelHub
-from service.settings import Settings
 from sr.models import NetConfig, SRNet
+from sr.service.hub import ModelHub
+from sr.service.settings import Settings
 from sr.weights import describe, save_weights
 
 
@@ -34,7 +34,7 @@ def test_catalog_k_max_is_the_descriptors(tmp_path: Path) -> None:
 
 
 def test_denoise_engines_are_offered_for_photo_and_auto_and_bounded(tmp_path: Path) -> None:
-    import service.hub as hub_module
+    import sr.service.hub as hub_module
 
     for name in ("asa-base-x2", "photo-x2"):
         _save(tmp_path, name, "adaptive", {"region": 4, "stride": 2})

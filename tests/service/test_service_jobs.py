@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from service.jobs import (
+from sr.service.jobs import (
     PRIOR_SECONDS_PER_JOB,
     PRIOR_SECONDS_PER_MP,
     ClientGoneError,

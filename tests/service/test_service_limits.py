@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from service.limits import ApiKeyMiddleware, BodyLimitMiddleware
+from sr.service.limits import ApiKeyMiddleware, BodyLimitMiddleware
 
 
 async def _reading_app(scope, receive, send) -> None:

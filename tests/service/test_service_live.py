@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 from PIL import Image
 
-from service.settings import Settings
 from sr.commands import serve as serve_cmd
+from sr.service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 

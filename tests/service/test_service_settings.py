@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.settings import FORM_OVERHEAD_BYTES, Settings, SettingsError
+from sr.service.settings import FORM_OVERHEAD_BYTES, Settings, SettingsError
 
 
 def test_defaults_without_environment() -> None:

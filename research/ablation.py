@@ -1,4 +1,4 @@
-"""``sr bench ablation RUN_DIR...``: one table for training runs compared at equal compute.
+"""``python -m research.ablation RUN_DIR...``: one table for training runs compared at equal compute.
 
 Per run: its network (attention kind, parameters, MACs for a 1280x720 output), its training
 (steps, CPU hours from the checkpoint's ``cpu_elapsed``, CPU seconds per step), its ``best.pt``
@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from ..errors import CLIError
-from .attention import set_threads, write_json
+from sr.bench.attention import set_threads, write_json
+from sr.errors import CLIError
+
+from ._script import run_script
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,8 +50,8 @@ class RunRow:
 
 
 def _load_run(run_dir: Path):
-    from ..models import SRNet, count_macs, count_params
-    from ..models.registry import build_config
+    from sr.models import SRNet, count_macs, count_params
+    from sr.models.registry import build_config
 
     for name in ("config.json", "best.pt", "last.pt"):
         if not (run_dir / name).is_file():
@@ -71,7 +74,7 @@ def _load_run(run_dir: Path):
 
 
 def _lr_inputs(folder: str, scale: int, n: int) -> list[torch.Tensor]:
-    from ..evaluation import list_images, load_rgb_pair
+    from sr.evaluation import list_images, load_rgb_pair
 
     out = []
     for path in list_images(folder)[:n]:
@@ -133,3 +136,11 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.json, {"threads": torch.get_num_threads(), "hr": args.hr, "images": args.images,
                                "runs": [asdict(r) for r in rows]})
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_script(__doc__, add_arguments, run, argv, prog="python -m research.ablation")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

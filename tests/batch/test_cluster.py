@@ -1,6 +1,6 @@
-"""``sr upscale --ray``: the Ray Data pipeline against the local command, on one local Ray (2 CPUs).
+"""``sr upscale --ray``: the Ray Data executor against the local one, on one local Ray (2 CPUs).
 
-Faults are injected from here, not through product code: ``ray_batch.actor_class`` is patched to a
+Faults are injected from here, not through product code: ``cluster.actor_class`` is patched to a
 subclass of the real actor defined inside the test (so cloudpickle ships it to the workers by value)
 that exits its process on a chosen file; the interrupted driver is a child process that SIGKILLs
 itself after its first outputs are recorded.
@@ -103,14 +103,14 @@ def test_ray_outputs_equal_the_local_run_byte_for_byte(tmp_path, tiny_x2, local_
 @pytest.mark.slow
 def test_a_worker_killed_mid_run_is_retried(tmp_path, tiny_x2, local_ray, monkeypatch, capsys):
     """img2 kills its actor on the first attempt (retried: written); img3 on every attempt (reported
-    as failed after ray_batch.MAX_ATTEMPTS, the batch goes on)."""
-    from sr.inference import ray_batch
+    as failed after cluster.MAX_ATTEMPTS, the batch goes on)."""
+    from sr.batch import cluster
 
     for i in range(5):
         save(tmp_path / "in" / f"img{i}.png", photo(12, 14, seed=i))
     marker = tmp_path / "crashed-once"
 
-    class Crashing(ray_batch.UpscaleActor):  # local class: cloudpickle ships it by value
+    class Crashing(cluster.UpscaleActor):  # local class: cloudpickle ships it by value
         def __call__(self, row):
             name = Path(row["src"]).name
             if name == "img3.png" or (name == "img2.png" and not marker.exists()):
@@ -118,12 +118,12 @@ def test_a_worker_killed_mid_run_is_retried(tmp_path, tiny_x2, local_ray, monkey
                 os._exit(1)  # the actor's process dies mid-task, as on an OOM kill or a lost node
             return super().__call__(row)
 
-    monkeypatch.setattr(ray_batch, "actor_class", lambda: Crashing)
+    monkeypatch.setattr(cluster, "actor_class", lambda: Crashing)
     assert upscale(tmp_path / "in", tmp_path / "out", tiny_x2, "--ray") == 1
     assert marker.exists(), "the fault was never injected"
     captured = capsys.readouterr()
     assert "4 done, 0 skipped, 1 failed" in captured.out
-    died = ray_batch.WORKER_DIED.format(n=ray_batch.MAX_ATTEMPTS)
+    died = cluster.WORKER_DIED.format(n=cluster.MAX_ATTEMPTS)
     assert failures(captured.err) == [f"sr upscale: {tmp_path / 'in' / 'img3.png'}: {died}"]
     assert "Traceback" not in captured.err
     out = tmp_path / "out"
@@ -144,13 +144,13 @@ def test_skip_existing_after_the_driver_is_killed_writes_only_the_missing(tmp_pa
     # A driver joining the test's Ray that SIGKILLs itself once it has recorded two written files.
     driver = textwrap.dedent(f"""
         import os, signal, sys
-        from sr.commands import upscale
-        record = upscale.Stats.record
+        from sr.batch import report
+        record = report.Stats.record
         def record_then_die(self, job, written):
             record(self, job, written)
             if self.done >= 2:
                 os.kill(os.getpid(), signal.SIGKILL)
-        upscale.Stats.record = record_then_die
+        report.Stats.record = record_then_die
         from sr.cli import main
         sys.exit(main(["upscale", {str(tmp_path / "in")!r}, "-o", {str(out)!r}, "--model",
                        {str(tiny_x2)!r}, "--threads", "1", "--ray", {local_ray!r}]))
@@ -212,28 +212,31 @@ def test_bad_ray_flags_are_clear_errors(tmp_path, tiny_x2, local_ray, capsys):
     assert upscale(tmp_path / "x.png", tmp_path / "out", tiny_x2, "--ray", f"127.0.0.1:{port}") == 2
     assert f"cannot reach Ray at 127.0.0.1:{port}" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    (tmp_path / "a-file").write_text("not a folder")
+    uncreatable = tmp_path / "a-file" / "out"  # before any image: one line, exit 1, as without --ray
+    assert upscale(tmp_path / "x.png", uncreatable, tiny_x2, "--ray") == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"sr upscale: error: cannot create output folder {uncreatable} (")
 
 
 def test_pool_plan_uses_gpus_where_the_cluster_has_them():
-    import argparse
+    from dataclasses import replace
 
-    from sr.inference.ray_batch import pool_plan
+    from sr.batch import BatchOptions
+    from sr.batch.cluster import pool_plan
 
-    args = argparse.Namespace(device="auto", threads=None, ray_actors=None)
-    assert pool_plan(args, {"CPU": 16.0, "GPU": 4.0}) == (4, {"num_gpus": 1, "num_cpus": 1})
-    assert pool_plan(args, {"CPU": 16.0}) == (16, {"num_cpus": 1})
-    args.threads, args.ray_actors = 4, None
-    assert pool_plan(args, {"CPU": 16.0}) == (4, {"num_cpus": 4})
-    args.device = "cpu"
-    assert pool_plan(args, {"CPU": 16.0, "GPU": 4.0}) == (4, {"num_cpus": 4})
-    args.ray_actors = 2
-    assert pool_plan(args, {"CPU": 16.0}) == (2, {"num_cpus": 4})
-    args.ray_actors = 5
+    opts = BatchOptions(inputs=("in",), output="out", ray="")
+    assert pool_plan(opts, {"CPU": 16.0, "GPU": 4.0}) == (4, {"num_gpus": 1, "num_cpus": 1})
+    assert pool_plan(opts, {"CPU": 16.0}) == (16, {"num_cpus": 1})
+    opts = replace(opts, threads=4)
+    assert pool_plan(opts, {"CPU": 16.0}) == (4, {"num_cpus": 4})
+    opts = replace(opts, device="cpu")
+    assert pool_plan(opts, {"CPU": 16.0, "GPU": 4.0}) == (4, {"num_cpus": 4})
+    assert pool_plan(replace(opts, ray_actors=2), {"CPU": 16.0}) == (2, {"num_cpus": 4})
     with pytest.raises(CLIError, match="5 Ray actors need 20 CPUs"):
-        pool_plan(args, {"CPU": 16.0})
-    args.device, args.threads = "cuda", None
+        pool_plan(replace(opts, ray_actors=5), {"CPU": 16.0})
     with pytest.raises(CLIError, match="need 5 GPUs"):
-        pool_plan(args, {"CPU": 16.0, "GPU": 4.0})
+        pool_plan(replace(opts, ray_actors=5, device="cuda", threads=None), {"CPU": 16.0, "GPU": 4.0})
 
 
 @pytest.mark.slow
@@ -253,3 +256,16 @@ def test_bench_upscale_ray_compares_local_and_ray_side_by_side(tmp_path, tiny_x2
     if sys.platform == "linux":
         assert all(r["peak_mib"] > 10 for r in rows)
     assert "outputs byte-identical: yes" in capsys.readouterr().out
+
+
+def test_the_worker_path_check_names_what_a_node_cannot_use(tmp_path):
+    """What check_workers' task returns on a node without the shared filesystem (run here directly)."""
+    pytest.importorskip("ray", reason="the cluster extra: pip install -e '.[cluster]'")
+    from sr.batch.cluster import _visible
+
+    image = save(tmp_path / "in" / "x.png", photo(6, 6))
+    assert _visible([str(image)], str(tmp_path))[1] == ""
+    assert _visible([str(image), str(tmp_path / "gone.png")], str(tmp_path))[1] == (
+        f"cannot see the input {tmp_path / 'gone.png'}")
+    problem = _visible([str(image)], str(tmp_path / "no-such-folder"))[1]
+    assert problem.startswith(f"cannot write to the output folder {tmp_path / 'no-such-folder'} (")

@@ -1,4 +1,4 @@
-"""``sr bench curves``: pixels seen along a lineage, the dB-per-doubling slope and its extrapolation,
+"""``python -m research.curves``: pixels seen along a lineage, the dB-per-doubling slope, its extrapolation,
 appending a run's log, the figure, and clear errors."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import math
 import pytest
 from PIL import Image
 
-from sr.bench.curves import CARN_M, lineage_points, read_rows, slopes
-from sr.cli import main
+from research.curves import CARN_M, lineage_points, main, read_rows, slopes
 
 HEADER = "scale,run,preset,parent,step,batch,patch,valid,set5,set14\n"
 # x4: a first cycle of 1000 steps at batch 4, patch 8 (0.256 Mpx), then a run from its end seeing
@@ -60,7 +59,7 @@ def test_a_run_that_gains_nothing_never_reaches_the_bar(tmp_path):
 
 def test_command_prints_the_table_and_draws_the_figure(points_csv, tmp_path, capsys):
     fig, out = tmp_path / "curves.png", tmp_path / "curves.json"
-    assert main(["bench", "curves", "--csv", str(points_csv), "--figure", str(fig), "--json", str(out)]) == 0
+    assert main(["--csv", str(points_csv), "--figure", str(fig), "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "| x4 | second | asa-base | 0 -> 2 |" in text
     with Image.open(fig) as im:
@@ -77,7 +76,7 @@ def test_add_run_appends_the_logged_validations_once(points_csv, tmp_path, capsy
     log = [{"event": "init"}, {"step": 25, "loss": 0.1},
            {"step": 100, "event": "val", "valid_psnr": 28.2, "Set5_psnr": 31.2, "Set14_psnr": 28.25}]
     (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
-    args = ["bench", "curves", "--csv", str(points_csv), "--add-run", str(run), "--parent", "second:3000"]
+    args = ["--csv", str(points_csv), "--add-run", str(run), "--parent", "second:3000"]
     assert main(args) == 0 and "1 rows added" in capsys.readouterr().out
     assert main(args) == 0 and "0 rows added" in capsys.readouterr().out
     pts = {p.run: p for p in lineage_points(read_rows(points_csv))}
@@ -86,15 +85,15 @@ def test_add_run_appends_the_logged_validations_once(points_csv, tmp_path, capsy
 
 
 def test_errors_name_the_problem(points_csv, tmp_path, capsys):
-    assert main(["bench", "curves", "--csv", str(tmp_path / "missing.csv")]) == 2
+    assert main(["--csv", str(tmp_path / "missing.csv")]) == 2
     assert "no such file" in capsys.readouterr().err
     bad = tmp_path / "bad.csv"
     bad.write_text(HEADER + "4,orphan,asa-base,nowhere:10,100,4,8,28.0,31.0,28.0\n")
-    assert main(["bench", "curves", "--csv", str(bad)]) == 2
+    assert main(["--csv", str(bad)]) == 2
     assert "no such run" in capsys.readouterr().err
-    assert main(["bench", "curves", "--csv", str(points_csv), "--add-run", str(tmp_path)]) == 2
+    assert main(["--csv", str(points_csv), "--add-run", str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
-    assert main(["bench", "curves", "--csv", str(points_csv), "--parent", "first:10"]) == 2
+    assert main(["--csv", str(points_csv), "--parent", "first:10"]) == 2
     assert "--parent goes with --add-run" in capsys.readouterr().err
     before = points_csv.read_text()
     run = tmp_path / "r"
@@ -102,7 +101,7 @@ def test_errors_name_the_problem(points_csv, tmp_path, capsys):
     cfg = {"name": "r", "preset": "p", "scale": 4, "batch": 1, "patch": 8}
     (run / "config.json").write_text(json.dumps(cfg))
     (run / "log.jsonl").write_text(json.dumps({"step": 5, "event": "val", "valid_psnr": 1.0}) + "\n")
-    args = ["bench", "curves", "--csv", str(points_csv), "--add-run", str(run), "--parent", "first:10"]
+    args = ["--csv", str(points_csv), "--add-run", str(run), "--parent", "first:10"]
     assert main(args) == 2
     assert "without Set5_psnr, Set14_psnr" in capsys.readouterr().err
     assert points_csv.read_text() == before  # nothing half-written

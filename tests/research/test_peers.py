@@ -1,4 +1,4 @@
-"""``sr bench peers``: IMDN's published sizes, ours vs IMDN side by side, and clear errors."""
+"""``python -m research.peers``: IMDN's published sizes, ours vs IMDN side by side, and clear errors."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
-from sr.bench.imdn import IMDN
-from sr.cli import main
+from research.imdn import IMDN
+from research.peers import main
 from sr.inference import UpscaleError, Upscaler
 from sr.models import count_macs, count_params
 
@@ -49,7 +49,7 @@ def hr_folder(tmp_path):
 
 def test_ours_and_imdn_are_timed_per_scale(hr_folder, tmp_path, capsys):
     out = tmp_path / "peers.json"
-    assert main(["bench", "peers", "--hr", str(hr_folder), "--scales", "2,4", "--rounds", "1",
+    assert main(["--hr", str(hr_folder), "--scales", "2,4", "--rounds", "1",
                  "--json", str(out)]) == 0
     assert "| x2 | asa-base-x2 |" in capsys.readouterr().out
     rows = json.loads(out.read_text())["rows"]
@@ -62,13 +62,13 @@ def test_ours_and_imdn_are_timed_per_scale(hr_folder, tmp_path, capsys):
 
 
 def test_errors_name_the_problem(hr_folder, tmp_path, capsys):
-    assert main(["bench", "peers", "--hr", str(tmp_path / "missing")]) != 0
+    assert main(["--hr", str(tmp_path / "missing")]) != 0
     assert "no such folder" in capsys.readouterr().err
-    assert main(["bench", "peers", "--hr", str(hr_folder), "--scales", "5"]) != 0
+    assert main(["--hr", str(hr_folder), "--scales", "5"]) != 0
     assert "among 2, 3, 4" in capsys.readouterr().err
-    assert main(["bench", "peers", "--hr", str(hr_folder), "--model", "asa-base-x2", "--scales", "4"]) != 0
+    assert main(["--hr", str(hr_folder), "--model", "asa-base-x2", "--scales", "4"]) != 0
     assert "none of --scales" in capsys.readouterr().err
-    assert main(["bench", "peers", "--hr", str(hr_folder), "--model", "no-such-model"]) != 0
+    assert main(["--hr", str(hr_folder), "--model", "no-such-model"]) != 0
     assert "unknown model" in capsys.readouterr().err
 
 

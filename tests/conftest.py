@@ -1,4 +1,4 @@
-"""Tiny weights for the engine tests: made here, saved to tmp folders, passed by path."""
+"""Tiny weights for the engine and batch tests: made here, saved to tmp folders, passed by path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""IMDN, the published architecture, for timing against ours (``sr bench peers``); random weights.
+"""IMDN, the published architecture, for timing against ours (``python -m research.peers``); random weights.
 
 Hui, Gao, Yang, Wang, "Lightweight Image Super-Resolution with Information Multi-distillation
 Network", ACM MM 2019: a 3x3 feature conv, six information multi-distillation blocks (IMDB) of 64

@@ -1,8 +1,8 @@
-"""``sr bench peers``: our model's CPU speed against IMDN's published architecture, in one run.
+"""``python -m research.peers``: our model's CPU speed against IMDN's published architecture, in one run.
 
 Per scale, the LR versions of ``--hr``'s images (MATLAB bicubic, modcrop to the scale) go whole
 through both networks: ours as ``sr upscale`` runs it (the file's network, eval mode, the attention
-path that the engine picks on this device), and IMDN (``sr.bench.imdn``, random weights: speed
+path that the engine picks on this device), and IMDN (``research.imdn``, random weights: speed
 does not depend on them). The two take turns image by image, so that load from other processes hits
 them alike; each image's time is the fastest of ``--rounds``, and output MP/s is total output pixels
 over the summed times. The ratio (ours / IMDN) is the figure to quote; lone MP/s vary with the
@@ -12,17 +12,20 @@ machine's load. Parameters and MACs (1280x720 output) are printed beside the spe
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from .. import DEFAULT_MODEL
-from ..errors import CLIError
-from .ablation import _lr_inputs, _time_side_by_side
-from .attention import set_threads, write_json
+from sr import DEFAULT_MODEL
+from sr.bench.attention import set_threads, write_json
+from sr.errors import CLIError
 
-REPO = Path(__file__).resolve().parents[2]
+from ._script import run_script
+from .ablation import _lr_inputs, _time_side_by_side
+
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_HR = REPO.parent / "shared" / "datasets" / "benchmark" / "Set14"
 
 
@@ -69,7 +72,7 @@ def _parse_scales(text: str) -> list[int]:
 
 def _our_networks(model: str, scales: list[int]):
     """(the engine, {scale: (name, network)}) for the scales of ``scales`` that the model has."""
-    from ..inference import UpscaleError, Upscaler
+    from sr.inference import UpscaleError, Upscaler
 
     try:
         up = Upscaler(model, device="cpu", tile=0)
@@ -93,7 +96,8 @@ def table(rows: list[PeerRow]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models import count_macs, count_params
+    from sr.models import count_macs, count_params
+
     from .imdn import IMDN
 
     if (args.images is not None and args.images < 1) or args.rounds < 1:
@@ -122,3 +126,11 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.json, {"threads": torch.get_num_threads(), "hr": args.hr,
                                "rows": [{**asdict(r), "ratio": r.ratio} for r in rows]})
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_script(__doc__, add_arguments, run, argv, prog="python -m research.peers")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""``sr bench budget``: the allocation statistics on known maps, a tiny model end to end, errors."""
+"""``python -m research.budget``: the allocation statistics on known maps, a tiny model end to end, errors."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from sr.bench.budget import allocation, block_means, gradient_energy, route_locality
-from sr.cli import main
+from research.budget import allocation, block_means, gradient_energy, main, route_locality
 from sr.models import build_model
 from sr.weights import save_weights
 
@@ -68,7 +67,7 @@ def test_a_tiny_model_end_to_end_with_json_and_figure(tmp_path, capsys):
     weights = save_weights(build_model("asa-small-x2"), tmp_path / "tiny.safetensors", name="tiny")
     hr = _images(tmp_path / "hr")
     out, fig = tmp_path / "budget.json", tmp_path / "fig.png"
-    rc = main(["bench", "budget", "--model", str(weights), "--hr", str(hr), "--threads", "1", "--rounds", "1",
+    rc = main(["--model", str(weights), "--hr", str(hr), "--threads", "1", "--rounds", "1",
                "--block", "8", "--json", str(out), "--figure", str(fig), "--figure-image", "im1"])
     assert rc == 0
     data = json.loads(out.read_text())
@@ -87,7 +86,7 @@ def test_a_tiny_model_end_to_end_with_json_and_figure(tmp_path, capsys):
 def test_errors_are_one_line_messages(tmp_path, capsys):
     plain = save_weights(build_model("asa-small-x2", attention="none"), tmp_path / "plain.safetensors")
     hr = _images(tmp_path / "hr", n=1)
-    assert main(["bench", "budget", "--model", str(plain), "--hr", str(hr)]) != 0
+    assert main(["--model", str(plain), "--hr", str(hr)]) != 0
     assert "no adaptive attention" in capsys.readouterr().err
-    assert main(["bench", "budget", "--model", str(plain), "--hr", str(tmp_path / "missing")]) != 0
+    assert main(["--model", str(plain), "--hr", str(tmp_path / "missing")]) != 0
     assert "no such folder" in capsys.readouterr().err

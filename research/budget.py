@@ -1,4 +1,4 @@
-"""``sr bench budget``: does a trained model's budget follow detail, and what does halving it cost?
+"""``python -m research.budget``: does a trained model's budget follow detail, and what does halving it cost?
 
 For a model with adaptive attention, on a folder of HR images (LR made as ``sr eval`` makes it):
 
@@ -22,6 +22,7 @@ import argparse
 import io
 import math
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,8 +30,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import CLIError
-from .attention import set_threads, write_json
+from sr.bench.attention import set_threads, write_json
+from sr.errors import CLIError
+
+from ._script import run_script
 
 TOP_SHARE = 0.2  # "the 20% most detailed blocks"
 
@@ -89,7 +92,7 @@ def route_locality(routes: list) -> tuple[float, float, float]:
 
 def gradient_energy(lr: np.ndarray) -> np.ndarray:
     """(H, W, 3) uint8 -> (H, W) squared finite-difference gradient of the luminance in [0, 1]."""
-    from ..metrics import rgb_to_y
+    from sr.metrics import rgb_to_y
 
     y = rgb_to_y(lr) / 255.0
     gx = np.zeros_like(y)
@@ -140,8 +143,8 @@ class AttentionTimer:
 
 
 def _load(name: str):
-    from ..models.attention import AdaptiveSparseAttention
-    from ..weights import WeightsError, load_model
+    from sr.models.attention import AdaptiveSparseAttention
+    from sr.weights import WeightsError, load_model
 
     try:
         desc = load_model(name)
@@ -180,8 +183,8 @@ def _upscale(
 def _figure(path: str, lr: np.ndarray, budget: np.ndarray, energy: np.ndarray, k_max: float) -> None:
     from PIL import Image
 
-    from ..inference.heatmap import budget_heatmap
-    from ..io import atomic_write
+    from sr.inference.heatmap import budget_heatmap
+    from sr.io import atomic_write
 
     e = np.log10(energy + 1e-6)  # gradient energy spans decades: a log scale shows flat and texture alike
     e = (e - e.min()) / max(float(e.max() - e.min()), 1e-12)
@@ -193,8 +196,8 @@ def _figure(path: str, lr: np.ndarray, budget: np.ndarray, energy: np.ndarray, k
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation import list_images, load_rgb_pair
-    from ..metrics import psnr
+    from sr.evaluation import list_images, load_rgb_pair
+    from sr.metrics import psnr
 
     if args.block < 4:
         raise CLIError(f"--block must be >= 4, got {args.block}")
@@ -277,3 +280,11 @@ def run(args: argparse.Namespace) -> int:
                                "threads": torch.get_num_threads(), "summary": summary,
                                "images": [asdict(r) for r in results]})
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_script(__doc__, add_arguments, run, argv, prog="python -m research.budget")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

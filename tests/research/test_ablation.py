@@ -1,4 +1,4 @@
-"""``sr bench ablation``: two tiny runs at equal CPU budget in one table, speeds side by side, errors."""
+"""``python -m research.ablation``: two tiny runs at equal CPU budget in one table, side by side, errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sr.cli import main
+from research.ablation import main
 from sr.train.config import load_config
 from sr.train.loop import Trainer
 
@@ -37,7 +37,7 @@ def two_runs(tmp_path_factory):
 def test_the_table_reports_each_runs_cost_quality_and_speed(two_runs, tmp_path, capsys):
     out = tmp_path / "abl.json"
     runs = [str(two_runs / "runs" / n) for n in ("none", "adaptive")]
-    assert main(["bench", "ablation", *runs, "--hr", str(two_runs / "valid"), "--images", "1",
+    assert main([*runs, "--hr", str(two_runs / "valid"), "--images", "1",
                  "--rounds", "1", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "| run | attention | params |" in text and "valid PSNR / SSIM" in text
@@ -52,8 +52,8 @@ def test_the_table_reports_each_runs_cost_quality_and_speed(two_runs, tmp_path, 
 
 
 def test_errors_name_the_problem(two_runs, tmp_path, capsys):
-    assert main(["bench", "ablation", str(tmp_path)]) != 0
+    assert main([str(tmp_path)]) != 0
     assert "no config.json" in capsys.readouterr().err
     run = str(two_runs / "runs" / "none")
-    assert main(["bench", "ablation", run, "--hr", str(tmp_path / "missing")]) != 0
+    assert main([run, "--hr", str(tmp_path / "missing")]) != 0
     assert "no such folder" in capsys.readouterr().err

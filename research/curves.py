@@ -1,4 +1,4 @@
-"""``sr bench curves``: where training on the new data stops, from the validations of every cycle.
+"""``python -m research.curves``: where training on the new data stops, from the validations of every cycle.
 
 The points are a CSV, one row per validation (``docs/curves/new-data.csv`` in the repository):
 ``scale,run,preset,parent,step,batch,patch,valid,set5,set14``. ``parent`` is the ``RUN:STEP`` a
@@ -24,11 +24,14 @@ import csv
 import io
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CLIError
-from .attention import write_json
+from sr.bench.attention import write_json
+from sr.errors import CLIError
+
+from ._script import run_script
 
 FIELDS = ["scale", "run", "preset", "parent", "step", "batch", "patch", "valid", "set5", "set14"]
 SETS = ("valid", "set5", "set14")
@@ -193,7 +196,7 @@ def add_run(run_dir: Path, parent: str, csv_path: Path) -> int:
     lineage_points(rows + new)  # the parent must resolve before anything is written
     buf = io.StringIO()
     csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n").writerows(new)
-    from ..io import atomic_write
+    from sr.io import atomic_write
 
     text = csv_path.read_text()
     atomic_write(csv_path, (text + ("" if text.endswith("\n") else "\n") + buf.getvalue()).encode())
@@ -255,7 +258,7 @@ def draw(points: list[Point], out: Path) -> None:
         y = mt + 40 + 14 * k
         pen.line([lx, y + 5, lx + 18, y + 5], fill=colour[name], width=3)
         pen.text((lx + 24, y), name, fill="black", font=font)
-    from ..io import atomic_write
+    from sr.io import atomic_write
 
     buf = io.BytesIO()
     canvas.convert("P", palette=Image.Palette.ADAPTIVE, colors=64).save(buf, format="PNG", optimize=True)
@@ -281,3 +284,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, {"csv": str(csv_path), "bar": "CARN-M", "runs": recs})
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_script(__doc__, add_arguments, run, argv, prog="python -m research.curves")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

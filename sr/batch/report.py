@@ -1,0 +1,107 @@
+"""What the user sees of a batch: the progress bar, per-file errors, the summary, the dry-run list."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import AUTO_MODEL
+from .jobs import Job
+from .stages import NO_BUDGET_MAPS, Written
+
+if TYPE_CHECKING:
+    from ..inference import Upscaler
+
+
+class Stats:
+    """Counters shared by the executor's threads, and the progress bar they update."""
+
+    def __init__(self, total: int, verbose: bool = False) -> None:
+        from tqdm import tqdm
+
+        self.lock = threading.Lock()
+        self.done = self.failed = 0
+        self.out_pixels = 0
+        self.warned = False
+        self.verbose = verbose
+        self.chosen: Counter[str] = Counter()  # model="auto": files per family chosen
+        self.bar = tqdm(total=total, unit="img", disable=None, file=sys.stderr, dynamic_ncols=True)
+
+    def fail(self, path: Path, reason: str) -> None:
+        with self.lock:
+            self.failed += 1
+            self.bar.write(f"sr upscale: {path}: {reason}", file=sys.stderr)
+            self.bar.update(1)
+
+    def ok(self, pixels: int) -> None:
+        with self.lock:
+            self.done += 1
+            self.out_pixels += pixels
+            self.bar.update(1)
+
+    def record(self, job: Job, written: Written) -> None:
+        """Count one written (or failed) job; the no-budget-map warning is printed once."""
+        if written.no_budget_map and not self.warned:
+            self.warned = True
+            self.bar.write(NO_BUDGET_MAPS, file=sys.stderr)
+        if written.problem is not None:
+            self.fail(job.src, written.problem)
+            return
+        with self.lock:
+            if written.chosen:
+                self.chosen[written.chosen] += 1
+            if self.verbose:
+                self.bar.write(f"{job.src} -> {job.out} ({written.choice or written.model})", file=sys.stdout)
+        self.ok(written.pixels)
+
+
+class OnDisk:
+    """The outputs' state before a run, to count after an interruption what is on disk: an executor
+    can be stopped while outputs it wrote are not yet reported (Ray's are still in flight)."""
+
+    def __init__(self, todo: list[Job]) -> None:
+        self.todo = todo
+        self.before = [self._stamp(j.out) for j in todo]
+
+    @staticmethod
+    def _stamp(path: Path | None) -> tuple[int, int] | None:
+        try:
+            st = path.stat() if path is not None else None
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_ino) if st is not None else None
+
+    def written(self) -> int:
+        """Outputs of this run's jobs made (or replaced) since the snapshot."""
+        now = (self._stamp(j.out) for j in self.todo)
+        return sum(stamp not in (None, was) for stamp, was in zip(now, self.before, strict=True))
+
+
+def summary(stats: Stats, skipped: int, seconds: float, interrupted: bool = False) -> None:
+    rate = stats.out_pixels / 1e6 / seconds if seconds > 0 else 0.0
+    head = "interrupted: " if interrupted else ""
+    print(f"{head}{stats.done} done, {skipped} skipped, {stats.failed} failed in {seconds:.1f} s "
+          f"({rate:.2f} output MP/s)")
+    if stats.chosen:
+        counts = ", ".join(f"{family} for {n} file{'s' if n != 1 else ''}"
+                           for family, n in sorted(stats.chosen.items()))
+        print(f"{AUTO_MODEL}: {counts}" + ("" if stats.verbose else " (-v lists each file)"))
+
+
+def dry_run(jobs: list[Job], todo: list[Job], skipped: int, up: Upscaler | None = None) -> int:
+    for job in jobs:
+        if job.problem is not None:
+            print(f"{job.src}: error: {job.problem}")
+        elif job.skip:
+            print(f"{job.src} -> {job.out} (exists, skipped)")
+        else:
+            extra = f" + {job.budget}" if job.budget is not None else ""
+            choice = up.choose(job.src) if up is not None else None  # auto: read from the file's header
+            extra += f" ({choice.describe()})" if choice is not None else ""
+            print(f"{job.src} -> {job.out}{extra}")
+    problems = sum(j.problem is not None for j in jobs)
+    print(f"dry run: {len(todo)} to write, {skipped} skipped, {problems} with errors; nothing written")
+    return 1 if problems else 0

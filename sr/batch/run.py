@@ -1,0 +1,81 @@
+"""One batch from options to exit code: check, list, plan, prepare the output folder, execute, report.
+
+The same steps for both executors; only "execute" differs (:mod:`sr.batch.local` threads, or
+:mod:`sr.batch.cluster` on Ray Data, imported only for a Ray run so the local path never imports Ray).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+from ..errors import CLIError
+from .jobs import collect_inputs, default_suffix, plan_outputs, prepare_output_folder
+from .options import BatchOptions
+from .report import OnDisk, Stats, dry_run, summary
+from .stages import make_upscaler
+
+
+def run_batch(opts: BatchOptions) -> int:
+    """Upscale ``opts.inputs`` into ``opts.output``: 0 when every image was written (or skipped),
+    1 when any failed; CLIError for what stops the batch before it starts. A bad file is reported
+    with its path and the batch goes on; outputs are written atomically, and none on an input."""
+    opts = opts.checked()
+    on_ray = opts.ray is not None
+    if on_ray:
+        from . import cluster
+
+        cluster.check_installed()
+    from ..inference import UpscaleError
+
+    try:
+        # With Ray this one only checks the model and scale on the driver (weights load lazily, the
+        # device is the actors'): the CPU is always there.
+        up = make_upscaler(opts, device="cpu" if on_ray else None, threads=1 if on_ray else None)
+        if opts.scale is not None:
+            up.plan(1, 1, scale=opts.scale)  # checks that the model has this scale
+    except UpscaleError as e:
+        raise CLIError(str(e)) from None
+    outdir = Path(opts.output).expanduser()
+    if outdir.exists() and not outdir.is_dir():
+        raise CLIError(f"output {outdir} exists and is not a folder")
+    jobs = collect_inputs(opts.inputs, opts.recursive, outdir)
+    if not jobs:
+        raise CLIError("no input images found")
+    suffix = opts.suffix if opts.suffix is not None else default_suffix(opts, min(up.scales))
+    plan_outputs(jobs, outdir, suffix, opts)
+    todo = [j for j in jobs if j.problem is None and not j.skip]
+    skipped = sum(j.skip for j in jobs)
+    if opts.dry_run:
+        return dry_run(jobs, todo, skipped, up)
+    # Ray first (an unreachable cluster is an error before anything is created); its start-up lines
+    # then come before the progress bar. The session stops a Ray it started, whatever happens.
+    with cluster.connect(opts.ray) if on_ray else contextlib.nullcontext():
+        executor = cluster.Executor(opts, up, todo, outdir) if on_ray else None  # checks the cluster
+        prepare_output_folder(outdir)
+        if executor is not None:
+            executor.check_workers()  # the workers see the inputs and can write the outputs
+        stats = Stats(len(todo), verbose=opts.verbose)
+        for job in jobs:
+            if job.problem is not None:
+                stats.bar.write(f"sr upscale: {job.src}: {job.problem}", file=sys.stderr)
+        stats.failed = sum(j.problem is not None for j in jobs)
+        on_disk = OnDisk(todo)
+        start = time.perf_counter()
+        try:
+            if executor is not None:
+                executor.run(stats)
+            else:
+                from .local import run_local
+
+                run_local(up, todo, stats, opts)
+        except KeyboardInterrupt:
+            stats.bar.close()
+            stats.done = max(stats.done, on_disk.written())  # Ray's in-flight outputs are files too
+            summary(stats, skipped, time.perf_counter() - start, interrupted=True)
+            raise
+    stats.bar.close()
+    summary(stats, skipped, time.perf_counter() - start)
+    return 1 if stats.failed else 0

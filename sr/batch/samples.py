@@ -1,0 +1,59 @@
+"""Images as integer samples at their own bit depth: how pixels travel between the batch's stages.
+
+A :class:`~sr.io.DecodedImage` holds float32 (4 bytes a sample); its file had 8 or 16 bits, and the
+writer quantises to 8 or 16 bits again. Between stages (the local writer queue, Ray's object store)
+an image therefore travels as uint8/uint16: a quarter or half the bytes, and no information lost on
+either side, because both conversions are the ones :mod:`sr.io` makes:
+
+- an input's floats are its file's integers divided by 255 or 65535 (``sr.io._decode``), so
+  rounding them back gives those integers, and dividing again gives the same floats bit for bit;
+- an output's integers are what ``sr.io.encode_image`` would quantise to (JPEG's compositing of
+  alpha on white done first, as it does), and dividing them by the same maximum makes the encoder
+  quantise to the same integers again: the same file, byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..io import DecodedImage
+
+
+@dataclass(eq=False)  # array field: == would be ambiguous
+class Samples:
+    planes: np.ndarray  # uint8 or uint16 (H, W, C [+ 1 alpha plane])
+    has_alpha: bool
+    bit_depth: int
+    icc_profile: bytes | None = None
+    format: str | None = None
+    mode: str | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.planes.nbytes)
+
+
+def _maxv(bit_depth: int) -> int:
+    return 65535 if bit_depth == 16 else 255
+
+
+def pack(img: DecodedImage, flatten_alpha: bool = False) -> Samples:
+    """``img`` as integers at its bit depth. ``flatten_alpha``: composite alpha on white first, as
+    the JPEG encoder does (for an output that is written as JPEG)."""
+    colour, alpha = img.pixels, img.alpha
+    if flatten_alpha and alpha is not None:
+        colour, alpha = colour * alpha[..., None] + (1.0 - alpha[..., None]), None
+    planes = colour if alpha is None else np.concatenate([colour, alpha[..., None]], axis=2)
+    maxv = _maxv(img.bit_depth)
+    dtype = np.uint16 if img.bit_depth == 16 else np.uint8
+    ints = np.rint(np.clip(np.nan_to_num(planes, nan=0.0), 0.0, 1.0) * np.float32(maxv)).astype(dtype)
+    return Samples(ints, alpha is not None, img.bit_depth, img.icc_profile, img.format, img.mode)
+
+
+def unpack(s: Samples) -> DecodedImage:
+    """The float image again, divided as ``sr.io`` divides when it decodes."""
+    values = s.planes.astype(np.float32) / np.float32(_maxv(s.bit_depth))
+    colour, alpha = (values[..., :-1], values[..., -1]) if s.has_alpha else (values, None)
+    return DecodedImage(colour, alpha, s.bit_depth, s.icc_profile, s.format, s.mode)

@@ -1,0 +1,126 @@
+"""The three stages every executor runs per image: read, upscale, write.
+
+The local threads and the Ray tasks and actors call these same functions, so both executors write
+the same files and report the same errors by construction. A stage never raises for one image's
+fault: it returns the reason, and the batch goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .jobs import Job, output_format
+from .options import BatchOptions
+from .samples import Samples, pack, unpack
+
+if TYPE_CHECKING:  # annotations only: the engine is imported by the functions that use it
+    from ..inference import Upscaler, UpscaleResult
+    from ..io import DecodedImage
+
+NO_BUDGET_MAPS = "sr upscale: the model has no adaptive attention: no budget maps"
+
+
+def make_upscaler(
+    opts: BatchOptions, device: str | None = None, threads: int | None = None, model: str | Path | None = None
+) -> Upscaler:
+    """The batch's ``Upscaler`` (built once per Ray actor too, from the same options). ``model``
+    overrides ``opts.model`` (a Ray actor's local copy of a user's weights file)."""
+    from ..inference import Upscaler
+
+    return Upscaler(model if model is not None else opts.model, device=device or opts.device,
+                    tile=opts.tile_size, tile_overlap=opts.tile_overlap,
+                    threads=threads if threads is not None else opts.threads,
+                    attention_path=opts.attention_path, compile=opts.compile, denoise=opts.denoise)
+
+
+def read_input(job: Job, max_pixels: int) -> tuple[DecodedImage | None, str | None]:
+    """Decode a job's input: (DecodedImage, None), or (None, the reason to report)."""
+    from ..io import read_image
+
+    try:
+        return read_image(job.src, max_pixels=max_pixels), None
+    except Exception as e:  # noqa: BLE001 - any failure is this file's: reported, the batch goes on
+        return None, getattr(e, "reason", None) or str(e)
+
+
+@dataclass
+class Output:
+    """One upscaled image as the writer needs it: integer samples (not the engine's float32), the
+    budget heat-map already coloured, and what ran."""
+
+    image: Samples
+    heat: np.ndarray | None  # uint8 (H, W, 3), or None
+    no_budget_map: bool  # a map was asked for, but the model has no adaptive attention
+    model: str
+    chosen: str = ""  # --model auto: the family this file got ("photo"), else ""
+    choice: str = ""  # --model auto: what was chosen and why
+
+    @property
+    def pixels(self) -> int:
+        return int(self.image.planes.shape[0] * self.image.planes.shape[1])
+
+
+def upscale_input(
+    up: Upscaler, image: DecodedImage, job: Job, opts: BatchOptions
+) -> tuple[Output | None, str | None]:
+    """Upscale one decoded image with the batch's options: (Output, None) or (None, the reason).
+    ``job.src`` is the file ``--model auto`` reads its compression from."""
+    from ..inference import UpscaleError
+
+    try:
+        result = up.upscale(image, scale=opts.scale, outscale=opts.outscale, width=opts.width,
+                            height=opts.height, alpha_mode=opts.alpha_mode,
+                            with_budget_map=opts.save_budget_map, tta=opts.tta, source=job.src)
+    except UpscaleError as e:
+        return None, str(e)
+    except Exception as e:  # noqa: BLE001 - e.g. out of memory on a huge image: next file
+        return None, f"upscaling failed ({type(e).__name__}: {e})"
+    return _output(result, job, opts, up.k_max), None
+
+
+def _output(result: UpscaleResult, job: Job, opts: BatchOptions, k_max: float | None) -> Output:
+    from ..inference import budget_heatmap
+
+    heat = None
+    if job.budget is not None and result.budget_map is not None:
+        heat = budget_heatmap(result.budget_map, k_max)
+    choice = result.choice
+    return Output(pack(result.image, flatten_alpha=output_format(job, opts.format) == "jpeg"), heat,
+                  no_budget_map=job.budget is not None and result.budget_map is None, model=result.model,
+                  chosen=choice.model if choice is not None else "",
+                  choice=choice.describe() if choice is not None else "")
+
+
+@dataclass
+class Written:
+    """What writing one job's output gave: output pixels on success, else the reason."""
+
+    pixels: int = 0
+    problem: str | None = None
+    no_budget_map: bool = False
+    model: str = ""   # the model that ran, e.g. "photo-x2"
+    chosen: str = ""  # --model auto: the family this file got ("photo"), else ""
+    choice: str = ""  # --model auto: what was chosen and why ("auto: photo (JPEG, quality ~72)")
+
+
+def write_output(job: Job, output: Output, opts: BatchOptions) -> Written:
+    """Encode and atomically write one job's output (and budget map)."""
+    from ..io import DecodedImage, ImageError, write_image
+
+    try:
+        job.out.parent.mkdir(parents=True, exist_ok=True)
+        if job.out.exists() and not (opts.overwrite or opts.skip_existing):
+            raise FileExistsError(f"output {job.out} appeared meanwhile (use --overwrite)")
+        write_image(job.out, unpack(output.image), output_format(job, opts.format), opts.quality)
+        if output.heat is not None:
+            write_image(job.budget, DecodedImage(output.heat.astype(np.float32) / 255), "png")
+    except (ImageError, OSError) as e:
+        return Written(problem=str(e))
+    except Exception as e:  # noqa: BLE001 - a dead writer would hang the batch: report and go on
+        return Written(problem=f"writing failed ({type(e).__name__}: {e})")
+    return Written(output.pixels, no_budget_map=output.no_budget_map, model=output.model,
+                   chosen=output.chosen, choice=output.choice)
