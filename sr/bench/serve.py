@@ -73,6 +73,33 @@ def _image_bytes(size: int, fmt: str, seed: int) -> bytes:
     return buf.getvalue()
 
 
+def scan_bomb_jpeg(side: int = 4096, repeats: int = 3000) -> bytes:
+    """A side x side grey progressive JPEG whose last scan is repeated ``repeats`` more times before
+    EOI: each repeat is a few dozen bytes but a full pass over the image for a decoder."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (side, side), 128).save(buf, format="JPEG", progressive=True, quality=75)
+    data = buf.getvalue()
+    last_scan = data[data.rindex(b"\xff\xda"):-2]  # up to EOI
+    return data[:-2] + last_scan * repeats + b"\xff\xd9"
+
+
+def iccp_bomb_png(chunks: int = 1200, inflated: int = 16 * 2**20) -> bytes:
+    """A 16x16 PNG with ``chunks`` iCCP chunks, each inflating to ``inflated`` bytes."""
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 16), (90, 120, 150)).save(buf, format="PNG")
+    png = buf.getvalue()
+    body = b"bomb\x00\x00" + zlib.compress(bytes(inflated), 9)
+    chunk = struct.pack(">I", len(body)) + b"iCCP" + body + struct.pack(">I", zlib.crc32(b"iCCP" + body))
+    return png[:33] + chunk * chunks + png[33:]  # after the signature and IHDR
+
+
 def payloads(size: int) -> dict[str, tuple[str, bytes, dict[str, str], int]]:
     """kind -> (file name, bytes, form fields, expected status)."""
     png, jpg = _image_bytes(size, "PNG", 1), _image_bytes(size, "JPEG", 2)
