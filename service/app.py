@@ -16,6 +16,7 @@ Status codes (errors are JSON ``{"detail": "..."}``):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import threading
@@ -39,7 +40,7 @@ from sr.inference import DENOISE_MODELS, UpscaleError
 from sr.io import ImageError, read_size
 
 from .hub import ModelHub, UnknownModelError
-from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError
+from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError, Work
 from .limits import ApiKeyMiddleware, BodyLimitMiddleware
 from .pipeline import (
     JobRequest,
@@ -209,11 +210,19 @@ async def upscale(
     # Refuse before any work: the header gives the size, the engine's plan the output and passes.
     try:
         in_w, in_h = await asyncio.to_thread(read_size, data, settings.max_pixels)
-        _, work = plan_work(engine, in_w, in_h, job)
+        (out_w, out_h), work = plan_work(engine, in_w, in_h, job)
     except (ImageError, UpscaleError, WorkLimitError) as e:  # each is the request's fault: a 4xx
         raise (http_error(e, data) or HTTPException(400, detail=str(e))) from None
+    # A job that cannot finish within the limit would hold a worker for the whole limit, then 504.
+    predicted = service.pool.estimate(work)
+    if predicted > settings.timeout_s:
+        raise HTTPException(422, detail=(
+            f"{out_w}x{out_h} output{' with tta' if tta else ''} needs about {predicted:.0f} s of work at "
+            f"this server's measured rate ({work.forwards} network forwards, {work.tiled_mp:.1f} MP),"
+            f" over its time limit of {settings.timeout_s:g} s (SR_TIMEOUT_S); ask for a smaller output"
+            + (" or turn tta off" if tta else "")))
     try:
-        result = await service.pool.run(run_job, engine, job, timeout=settings.timeout_s, cost_mp=work / 1e6,
+        result = await service.pool.run(run_job, engine, job, timeout=settings.timeout_s, work=work,
                                         stop=stop, disconnected=request.is_disconnected)
     except QueueFullError as e:
         raise HTTPException(503, detail=str(e), headers={"Retry-After": str(e.retry_after)}) from None
@@ -269,7 +278,7 @@ async def preview(
     try:
         in_w, in_h = await asyncio.to_thread(read_size, data, settings.max_pixels)
         body = await service.pool.run(run_preview, data, settings.max_pixels, timeout=settings.timeout_s,
-                                      cost_mp=in_w * in_h / 1e6 / 8,  # decode + encode: no network
+                                      work=Work(io_mp=2 * in_w * in_h / 1e6),  # decode + encode: no network
                                       disconnected=request.is_disconnected, learn=False)
     except QueueFullError as e:
         raise HTTPException(503, detail=str(e), headers={"Retry-After": str(e.retry_after)}) from None
@@ -284,7 +293,8 @@ async def preview(
                              "Cache-Control": "no-store"})
 
 
-@v1.get("/models", summary="Models offered, with scales, parameters and Set5 PSNR")
+@v1.get("/models", summary="Models offered, with scales, parameters and Set5 PSNR",
+        responses={401: _ERRORS[401]})
 def models(service: Annotated[Service, Depends(get_service)]) -> dict[str, Any]:
     hub = service.hub
     return {
@@ -315,6 +325,29 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=500, content={"detail": f"internal server error ({type(exc).__name__})"})
 
 
+# Side of the image timed at start-up: one forward of real size, a fraction of a second on 2 cores.
+CALIBRATION_SIDE = 128
+
+
+def _calibrate(service: Service, engine: Any) -> None:
+    """Time one upscale on the warmed-up default model: the work model's rate on this machine."""
+    import numpy as np
+
+    from sr.io import DecodedImage
+
+    side, scale = CALIBRATION_SIDE, min(engine.scales)
+    rng = np.random.default_rng(0)
+    sample = DecodedImage(pixels=rng.random((side, side, 3), dtype=np.float32), format="PNG", mode="RGB")
+    job = JobRequest(data=b"", scale=scale, outscale=None, width=None, height=None, fmt="png", quality=95,
+                     budget_map=False, max_pixels=side * side)
+    _, work = plan_work(engine, side, side, job)
+    start = time.perf_counter()
+    engine.upscale(sample, scale=scale)
+    service.pool.model.learn(dataclasses.replace(work, io_mp=0.0), time.perf_counter() - start, weight=1.0)
+    log.info("work model: %.2fx the priors' seconds (%s px x%d in %.2f s)", service.pool.model.factor,
+             side, scale, time.perf_counter() - start)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
 
@@ -324,7 +357,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                           pool=JobPool(settings.workers, settings.max_queue))
         app.state.service = service
         # Load in the background so /healthz answers at once and /readyz says 503 until loaded.
-        threading.Thread(target=service.hub.load_default, name="sr-load", daemon=True).start()
+        threading.Thread(target=service.hub.load_default, args=(lambda up: _calibrate(service, up),),
+                         name="sr-load", daemon=True).start()
         try:
             yield
         finally:

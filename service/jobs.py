@@ -10,9 +10,11 @@ pass), abandons the work there (:class:`sr.inference.UpscaleCancelled`). The slo
 worker reaches that point, within one forward, so the pool never holds more than
 ``workers + max_queue`` jobs, whatever the clients do. A job still waiting is dropped from the queue.
 
-``Retry-After`` is the time the admitted work needs to drain: each job declares its cost (work
-megapixels), and the pool keeps moving averages of seconds per megapixel and of the fixed cost per
-job, learnt from the jobs that completed.
+Time is predicted by one :class:`WorkModel` (issue 45): each job declares its :class:`Work` (network
+forwards, the megapixels its tiles output, the megapixels decoded and encoded); seconds are a
+per-item cost measured on this machine times a factor learnt from the jobs that completed. The same
+prediction refuses a job that cannot finish within the time limit (the app's 422) and gives
+``Retry-After``: the predicted time the admitted work needs to drain.
 """
 
 from __future__ import annotations
@@ -29,20 +31,26 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# Priors until jobs have been measured: asa-base x2 on 2 CPU cores makes ~0.8 output MP/s.
-PRIOR_SECONDS_PER_MP = 1.25
+# Costs of asa-base on 2 idle CPU cores (x2: ~0.8 output MP/s; a 1-row tile still costs a forward's
+# fixed ~30 ms: `sr bench upscale` and the strip case of issue 45). The learnt factor scales them to
+# the model served and the machine's load.
 PRIOR_SECONDS_PER_JOB = 0.05
-# Jobs smaller than this teach the per-job overhead; larger ones the seconds per megapixel.
-SMALL_JOB_MP = 0.25
+PRIOR_SECONDS_PER_FORWARD = 0.03
+PRIOR_SECONDS_PER_MP = 1.25       # per megapixel the network outputs, tile overlaps included
+PRIOR_SECONDS_PER_IO_MP = 0.1     # per megapixel decoded or encoded
 EMA_WEIGHT = 0.2
+FACTOR_RANGE = (0.02, 50.0)       # one odd job (a swapped-out page, a cold cache) moves it only so far
 MAX_RETRY_AFTER_S = 3600
 DISCONNECT_POLL_S = 0.25
 
 
 class QueueFullError(RuntimeError):
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"server busy: all workers and queue slots are taken; retry in {retry_after} s")
+    def __init__(self, retry_after: int, ahead: int | None = None) -> None:
+        jobs = f" by {ahead} jobs" if ahead is not None else ""
+        super().__init__(f"server busy: all workers and queue slots are taken{jobs}; retry in "
+                         f"{retry_after} s (the predicted time for them to finish)")
         self.retry_after = retry_after
+        self.ahead = ahead
 
 
 class JobTimeoutError(TimeoutError):
@@ -55,9 +63,50 @@ class ClientGoneError(ConnectionError):
     """The client disconnected while its job waited or ran; the job was told to stop."""
 
 
+@dataclass(frozen=True)
+class Work:
+    """What a job costs, in the units :class:`WorkModel` counts."""
+
+    forwards: int = 0         # network forwards: tiles x passes, x8 with tta
+    tiled_mp: float = 0.0     # megapixels the network outputs, over every tile as run (overlaps included)
+    io_mp: float = 0.0        # megapixels decoded and encoded
+
+
+class WorkModel:
+    """Seconds a job takes: fixed per-item costs times one factor learnt from completed jobs.
+
+    The factor (measured seconds over the priors' seconds) absorbs what the priors cannot know: the
+    model served, the CPU, other load. One factor rather than one per cost: a job's time is dominated
+    by one term or another, and every job then teaches the same number.
+    """
+
+    def __init__(self) -> None:
+        self.factor = 1.0
+        self._seen = 0
+
+    @staticmethod
+    def unscaled(work: Work) -> float:
+        return (PRIOR_SECONDS_PER_JOB + PRIOR_SECONDS_PER_FORWARD * work.forwards
+                + PRIOR_SECONDS_PER_MP * work.tiled_mp + PRIOR_SECONDS_PER_IO_MP * work.io_mp)
+
+    def predict(self, work: Work) -> float:
+        return self.factor * self.unscaled(work)
+
+    def learn(self, work: Work, elapsed: float, weight: float = EMA_WEIGHT) -> None:
+        """Move the factor towards what this job measured (``weight`` 1: take it, e.g. a calibration).
+
+        The first jobs are averaged (weight 1/n), later ones a moving average: the prior is left
+        quickly, then one odd job moves the factor only by ``weight``.
+        """
+        low, high = FACTOR_RANGE
+        ratio = min(max(elapsed / self.unscaled(work), low), high)
+        self._seen += 1
+        self.factor += max(weight, 1 / self._seen) * (ratio - self.factor)
+
+
 @dataclass
 class _Job:
-    cost_mp: float
+    work: Work
     learn: bool = True            # whether its time teaches the estimates (upscales do, previews not)
     started: float | None = None  # perf_counter() when a worker took it
 
@@ -73,8 +122,7 @@ class JobPool:
         self._running = 0
         self._completed = 0
         self._cancelled = 0
-        self._seconds_per_mp = PRIOR_SECONDS_PER_MP
-        self._seconds_per_job = PRIOR_SECONDS_PER_JOB
+        self.model = WorkModel()
 
     @property
     def capacity(self) -> int:
@@ -88,40 +136,44 @@ class JobPool:
                 "cancelled": self._cancelled,
             }
 
-    def estimate(self, cost_mp: float) -> float:
-        """Seconds one job of ``cost_mp`` work megapixels is expected to run."""
-        return self._seconds_per_job + self._seconds_per_mp * cost_mp
+    def estimate(self, work: Work) -> float:
+        """Seconds one job of ``work`` is expected to run."""
+        return self.model.predict(work)
 
-    def retry_after(self) -> int:
-        """Seconds until the admitted work has drained: what is left of each job, over the workers."""
+    def drain_seconds(self) -> float:
+        """Predicted seconds until the admitted work has drained: what is left of each job, over the
+        workers (a running job that overran its prediction counts as about to end)."""
         now = time.perf_counter()
         with self._lock:
             left = 0.0
             for job in self._jobs.values():
-                expected = self.estimate(job.cost_mp)
+                expected = self.model.predict(job.work)
                 left += max(expected - (now - job.started), 0.0) if job.started is not None else expected
-        return min(MAX_RETRY_AFTER_S, max(1, math.ceil(left / self.workers)))
+        return left / self.workers
+
+    def retry_after(self) -> int:
+        return min(MAX_RETRY_AFTER_S, max(1, math.ceil(self.drain_seconds())))
 
     async def run(
-        self, fn: Callable[..., T], *args: Any, timeout: float, cost_mp: float = 0.0,
+        self, fn: Callable[..., T], *args: Any, timeout: float, work: Work | None = None,
         stop: threading.Event | None = None, disconnected: Callable[[], Awaitable[bool]] | None = None,
         learn: bool = True,
     ) -> T:
         """Run ``fn(*args)`` in a worker thread and await it, within ``timeout`` seconds.
 
         ``stop`` is set when the request gives up (timeout, ``disconnected()`` returned True, or this
-        coroutine was cancelled); ``fn`` should poll it and return early. ``learn=False``: a job
-        unlike an upscale, whose time must not change the estimates.
+        coroutine was cancelled); ``fn`` should poll it and return early. ``work``: what the job
+        costs, for Retry-After and learning. ``learn=False``: a job whose time must not teach the model.
         """
         stop = stop if stop is not None else threading.Event()
-        job = _Job(max(float(cost_mp), 0.0), learn)
+        job = _Job(work or Work(), learn)
         with self._lock:
             full = len(self._jobs) >= self.capacity
             if not full:
                 job_id = next(self._ids)
                 self._jobs[job_id] = job
         if full:
-            raise QueueFullError(self.retry_after())
+            raise QueueFullError(self.retry_after(), self.capacity)
         try:
             future = self._executor.submit(self._call, job, stop, fn, args)
         except RuntimeError:  # executor shut down (server stopping)
@@ -171,18 +223,11 @@ class JobPool:
                 if ok:
                     self._completed += 1
                     if job.learn:
-                        self._learn(job.cost_mp, elapsed)
+                        self.model.learn(job.work, elapsed)
                 elif stop.is_set():
                     self._cancelled += 1
                 else:
                     self._completed += 1  # failed on its input: no measure of the work
-
-    def _learn(self, cost_mp: float, elapsed: float) -> None:
-        if cost_mp < SMALL_JOB_MP:
-            self._seconds_per_job += EMA_WEIGHT * (elapsed - self._seconds_per_job)
-        else:
-            rate = max(elapsed - self._seconds_per_job, 0.0) / cost_mp
-            self._seconds_per_mp += EMA_WEIGHT * (rate - self._seconds_per_mp)
 
     def _release(self, job_id: int) -> None:
         with self._lock:

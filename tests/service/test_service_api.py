@@ -252,7 +252,7 @@ def test_504_timeout_and_the_server_recovers(make_client, make_image, gate_jobs)
 def test_503_while_the_model_is_loading(make_client, make_image, monkeypatch) -> None:
     release = threading.Event()
     monkeypatch.setattr(service_app.ModelHub, "load_default",
-                        lambda self: (release.wait(20), setattr(self, "state", "ready")))
+                        lambda self, calibrate=None: (release.wait(20), setattr(self, "state", "ready")))
     client = make_client(wait=False)
     try:
         r = client.get("/readyz")
