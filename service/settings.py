@@ -61,9 +61,7 @@ class Settings:
         for ok, message in checks:
             if not ok:
                 raise SettingsError(message)
-        if self.api_key == "":
-            object.__setattr__(self, "api_key", None)
-        if self.api_key is not None:
+        if self.api_key is not None:  # set, even to "": someone meant to require a key
             check_api_key(self.api_key)
 
     @property
@@ -81,26 +79,40 @@ class Settings:
         values: dict[str, object] = {}
         for name, (var, parse) in ENV.items():
             raw = env.get(var)
-            if raw is None or raw.strip() == "":
+            if raw is None or (raw.strip() == "" and name not in KEEP_BLANK):
                 continue
             try:
-                values[name] = parse(raw.strip())
+                values[name] = parse(raw if name in KEEP_BLANK else raw.strip())
             except ValueError as e:
                 raise SettingsError(f"{var}={raw!r}: {e}") from None
         return cls(**values)  # type: ignore[arg-type]
 
 
-def check_api_key(key: str) -> None:
-    """Refuse a key no client can send reliably.
+# Variables taken as given: a blank or padded API key is refused, not quietly read as unset or
+# trimmed (a whitespace-only SR_API_KEY used to turn authentication off, issue 45).
+KEEP_BLANK = frozenset({"api_key"})
 
-    A header value is bytes: clients encode non-ASCII text differently (UTF-8, Latin-1, or not at
-    all), and servers strip surrounding blanks, so such a key would lock everyone out.
+
+def check_api_key(key: str) -> None:
+    """Refuse a key that is empty or that no client can send reliably.
+
+    An empty or blank key is a mistake (an unset variable in a template), never "no key": it would
+    otherwise turn authentication off. A header value is bytes: clients encode non-ASCII text
+    differently (UTF-8, Latin-1, or not at all), and servers strip surrounding blanks, so such a key
+    would lock everyone out.
     """
+    if not key.strip():
+        raise SettingsError("API key must not be empty or blank; leave it unset to run without a key")
     if not all(32 <= ord(c) <= 126 for c in key):
         raise SettingsError("API key must be printable ASCII (letters, digits, punctuation): HTTP headers "
                             "carry bytes, and clients encode other characters differently")
     if key != key.strip():
         raise SettingsError("API key must not start or end with a space: servers strip them from headers")
+
+
+def _api_key(raw: str) -> str:
+    check_api_key(raw)  # here too, so that the message names the variable
+    return raw
 
 
 def _int(raw: str) -> int:
@@ -140,7 +152,7 @@ ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "max_upload_bytes": ("SR_MAX_UPLOAD_BYTES", _int),
     "max_pixels": ("SR_MAX_PIXELS", _int),
     "timeout_s": ("SR_TIMEOUT_S", float),
-    "api_key": ("SR_API_KEY", str),
+    "api_key": ("SR_API_KEY", _api_key),
     "cors_origins": ("SR_CORS_ORIGINS", parse_origins),
     "weights_dir": ("SR_WEIGHTS_DIR", Path),
     "threads": ("SR_THREADS", _int),

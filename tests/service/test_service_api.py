@@ -101,6 +101,7 @@ def test_models_health_ready_docs_and_page(make_client) -> None:
     spec = client.get("/openapi.json").json()
     form = spec["paths"]["/v1/upscale"]["post"]
     assert {"400", "401", "413", "415", "422", "503", "504"} <= set(form["responses"])
+    assert "401" in spec["paths"]["/v1/models"]["get"]["responses"]  # behind the key like every /v1 route
     page = client.get("/")
     assert page.status_code == 200 and 'id="upscale"' in page.text
     assert client.get("/static/app.js").status_code == 200

@@ -195,6 +195,17 @@ def test_api_key_that_clients_cannot_send_is_refused_at_start_up(key: str) -> No
         Settings.from_env({"SR_API_KEY": "clé"})
 
 
+@pytest.mark.parametrize("key", ["", "   ", "\t"])
+def test_empty_or_blank_api_key_is_refused_not_taken_as_no_key(key: str) -> None:
+    # A blank SR_API_KEY used to be skipped as unset: the server started with no authentication.
+    with pytest.raises(SettingsError, match=r"^SR_API_KEY=.*: API key must not be empty or blank"):
+        Settings.from_env({"SR_API_KEY": key})
+    with pytest.raises(SettingsError, match="API key must not be empty or blank"):
+        Settings().replace(api_key=key)  # the --api-key flag
+    with pytest.raises(SettingsError, match="must not start or end with a space"):
+        Settings.from_env({"SR_API_KEY": " padded "})  # no longer trimmed to 'padded'
+
+
 def test_ascii_api_key_with_punctuation_works_through_middleware_and_dependency(make_client) -> None:
     key = "Ab1-._~!$&'()*+,;=:@%/?#[] z"
     client = make_client(api_key=key)
