@@ -44,6 +44,7 @@ class Settings:
     # Work per request: pixels the network produces, summed over its passes, x8 with tta.
     max_work_pixels: int = 128 * 2**20
     body_timeout_s: float = 30.0              # longest pause while an upload is read -> 408
+    header_timeout_s: float = 10.0            # longest a request's headers may take to arrive -> 408
 
     def __post_init__(self) -> None:
         checks = [
@@ -56,6 +57,7 @@ class Settings:
             (self.max_output_pixels >= 1, f"max output pixels must be >= 1, got {self.max_output_pixels}"),
             (self.max_work_pixels >= 1, f"max work pixels must be >= 1, got {self.max_work_pixels}"),
             (self.body_timeout_s > 0, f"body timeout must be > 0 seconds, got {self.body_timeout_s}"),
+            (self.header_timeout_s > 0, f"header timeout must be > 0 seconds, got {self.header_timeout_s}"),
             (bool(self.model), "model must not be empty"),
         ]
         for ok, message in checks:
@@ -161,4 +163,5 @@ ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "max_output_pixels": ("SR_MAX_OUTPUT_PIXELS", _int),
     "max_work_pixels": ("SR_MAX_WORK_PIXELS", _int),
     "body_timeout_s": ("SR_BODY_TIMEOUT_S", float),
+    "header_timeout_s": ("SR_HEADER_TIMEOUT_S", float),
 }

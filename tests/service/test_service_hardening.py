@@ -282,6 +282,28 @@ def test_stalled_upload_gets_408_and_a_slow_steady_one_passes(make_server, make_
     sock.close()
 
 
+def test_connection_stalled_inside_its_headers_gets_408_and_is_closed(make_server) -> None:
+    # Issue 45: the body guard starts only after the head; a partial head used to stay open for good.
+    base = make_server(header_timeout_s=0.6)
+    sock = _connect(base)
+    sock.sendall(b"POST /v1/upscale HTTP/1.1\r\nHost: test\r\nContent-Ty")  # then nothing
+    t0 = time.monotonic()
+    status, headers, detail = _read_response(sock)
+    assert status == 408 and b"headers incomplete after 0.6 s" in detail
+    assert time.monotonic() - t0 < 3 and _closed_by_server(sock, 3.0)
+    sock.close()
+    with httpx.Client(base_url=base) as client:  # a kept-alive connection idle past the deadline is fine
+        assert client.get("/healthz").status_code == 200
+        time.sleep(1.0)
+        assert client.get("/healthz").status_code == 200
+    sock = _connect(base)  # a head sent slowly but within the deadline is served
+    for piece in (b"GET /healthz HTTP/1.1\r\n", b"Host: test\r\n", b"\r\n"):
+        sock.sendall(piece)
+        time.sleep(0.15)
+    assert _read_response(sock)[0] == 200
+    sock.close()
+
+
 # --- 7. statuses and words ---------------------------------------------------------------------
 
 def test_png_with_one_corrupted_byte_is_400_corrupt(make_client, make_image) -> None:
