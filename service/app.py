@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import logging
 import secrets
 import threading
@@ -34,7 +35,6 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.security import APIKeyHeader
 from fastapi.staticfiles import StaticFiles
-from swagger_ui_bundle import swagger_ui_path
 
 from sr.inference import DENOISE_MODELS, UpscaleError
 from sr.io import ImageError, read_size
@@ -57,7 +57,11 @@ from .settings import Settings
 
 log = logging.getLogger("sr.service")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
-DOCS_ASSETS = "/docs-assets"  # Swagger UI's JS/CSS, from the swagger-ui-bundle wheel (works offline)
+# Swagger UI's JS/CSS, served locally (works offline). Swagger UI 5, from the fastapi-offline wheel:
+# the 4.x of swagger-ui-bundle cannot read OpenAPI 3.1, FastAPI's document ("Unable to render this
+# definition", issue 45).
+DOCS_ASSETS = "/docs-assets"
+DOCS_ASSETS_DIR = Path(importlib.util.find_spec("fastapi_offline").origin).parent / "static"
 MIME = mime_types()
 EXPOSED_HEADERS = ["Server-Timing", "X-Model", "X-Model-Choice", "X-Scale", "X-Image-Size", "X-Budget-Max",
                    "Content-Disposition"]
@@ -370,7 +374,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="1",
         lifespan=lifespan,
         docs_url=None,   # served below from local assets: the default loads Swagger UI from a CDN
-        redoc_url=None,  # ReDoc has no offline bundle here; /docs covers the same
+        redoc_url=None,  # one viewer is enough: /docs
     )
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(Exception, _on_unexpected)
@@ -409,7 +413,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return FileResponse(STATIC_DIR / "favicon.png", media_type="image/png")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=DOCS_ASSETS_DIR), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
     def docs(request: Request) -> HTMLResponse:
@@ -418,7 +422,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - API docs",
             swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon-32x32.png",
+            swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
         )
 
     return app

@@ -304,3 +304,27 @@ def test_denoise_slider_only_for_photo_and_auto_and_sent_with_the_upload(
     sent = browser.execute_script("return window.sentFields")
     assert [(f["model"], f.get("denoise")) for f in sent] == [("asa-base", None), ("photo", "0.5")]
     browser.save_screenshot(str(ARTIFACTS / "service-page-photo.png"))
+
+
+def test_docs_render_every_operation_offline(browser, live_server: str) -> None:
+    """Swagger UI must read FastAPI's OpenAPI 3.1 document (4.x showed "Unable to render this
+    definition" and no operations), from this server's files alone."""
+    import httpx
+    from selenium.webdriver.common.by import By
+
+    spec = httpx.get(f"{live_server}/openapi.json", timeout=10).json()
+    assert spec["openapi"].startswith("3.1")
+    operations = sorted(f"{method.upper()} {path}" for path, ops in spec["paths"].items() for method in ops)
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.get(live_server + "/docs")
+    _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock")) >= len(operations), 60)
+    shown = sorted(
+        f"{b.find_element(By.CSS_SELECTOR, '.opblock-summary-method').text} "
+        f"{b.find_element(By.CSS_SELECTOR, '.opblock-summary-path').get_attribute('data-path')}"
+        for b in browser.find_elements(By.CSS_SELECTOR, ".opblock"))
+    assert shown == operations and len(operations) >= 5, shown
+    assert "Unable to render" not in browser.find_element(By.TAG_NAME, "body").text
+    hosts = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => new URL(e.name).host)")
+    assert set(hosts) <= {live_server.removeprefix("http://")}, hosts  # nothing from a CDN
+    browser.save_screenshot(str(ARTIFACTS / "service-docs.png"))
