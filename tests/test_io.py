@@ -914,3 +914,15 @@ def test_a_header_read_does_not_wait_for_another_threads_decode():
     holder.join(5)
     assert done and sizes == [(5, 3)]
     assert warnings.filters == filters  # restored once the last user left
+
+
+def test_read_size_of_a_png_reads_no_pixel_data():
+    # Pillow's PNG getexif() decodes the whole image: read_size must not call it (issue 45).
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90: the size read is (height, width)
+    png = bytearray(save(Image.new("RGB", (50, 30), (9, 99, 199)), "PNG", exif=exif))
+    idat = png.index(b"IDAT")
+    png[idat + 6 : idat + 12] = b"\xff" * 6  # the pixel data no longer inflates
+    assert read_size(bytes(png)) == (30, 50)
+    with pytest.raises(ImageDecodeError):
+        read_image(bytes(png))
