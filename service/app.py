@@ -329,27 +329,33 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=500, content={"detail": f"internal server error ({type(exc).__name__})"})
 
 
-# Side of the image timed at start-up: one forward of real size, a fraction of a second on 2 cores.
-CALIBRATION_SIDE = 128
+# Timed at start-up on the warmed model: a square (one forward, mostly per-megapixel cost; ~0.1 s
+# for asa-base x2 on 2 idle cores) and a strip of thin tiles (mostly per-forward cost, ~0.15 s).
+CALIBRATION_SQUARE = 128
+CALIBRATION_STRIP = 2048
 
 
 def _calibrate(service: Service, engine: Any) -> None:
-    """Time one upscale on the warmed-up default model: the work model's rate on this machine."""
+    """The work model's rates on this machine, for this model: time two upscales."""
     import numpy as np
 
     from sr.io import DecodedImage
 
-    side, scale = CALIBRATION_SIDE, min(engine.scales)
+    scale = min(engine.scales)
     rng = np.random.default_rng(0)
-    sample = DecodedImage(pixels=rng.random((side, side, 3), dtype=np.float32), format="PNG", mode="RGB")
-    job = JobRequest(data=b"", scale=scale, outscale=None, width=None, height=None, fmt="png", quality=95,
-                     budget_map=False, max_pixels=side * side)
-    _, work = plan_work(engine, side, side, job)
-    start = time.perf_counter()
-    engine.upscale(sample, scale=scale)
-    service.pool.model.learn(dataclasses.replace(work, io_mp=0.0), time.perf_counter() - start, weight=1.0)
-    log.info("work model: %.2fx the priors' seconds (%s px x%d in %.2f s)", service.pool.model.factor,
-             side, scale, time.perf_counter() - start)
+    timed = []
+    for h, w in ((CALIBRATION_SQUARE, CALIBRATION_SQUARE), (1, CALIBRATION_STRIP)):
+        sample = DecodedImage(pixels=rng.random((h, w, 3), dtype=np.float32), format="PNG", mode="RGB")
+        job = JobRequest(data=b"", scale=scale, outscale=None, width=None, height=None, fmt="png",
+                         quality=95, budget_map=False, max_pixels=h * w)
+        _, work = plan_work(engine, w, h, job)
+        start = time.perf_counter()
+        engine.upscale(sample, scale=scale)
+        timed.append((dataclasses.replace(work, io_mp=0.0), time.perf_counter() - start))
+    model = service.pool.model
+    model.calibrate(*timed)
+    log.info("work model: x%.2f the priors' seconds per megapixel, x%.2f per forward (%s)", model.mp_factor,
+             model.forward_factor, ", ".join(f"{w.forwards} forwards in {t:.2f} s" for w, t in timed))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

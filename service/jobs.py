@@ -73,35 +73,65 @@ class Work:
 
 
 class WorkModel:
-    """Seconds a job takes: fixed per-item costs times one factor learnt from completed jobs.
+    """Seconds a job takes: per-item costs (the priors), each part times a factor measured here.
 
-    The factor (measured seconds over the priors' seconds) absorbs what the priors cannot know: the
-    model served, the CPU, other load. One factor rather than one per cost: a job's time is dominated
-    by one term or another, and every job then teaches the same number.
+    Three parts, three factors, because they do not move together: the fixed cost of a job (per
+    job, per decoded or encoded pixel), the network's cost per forward (what a thin image's many
+    tiles cost) and its cost per megapixel. The forward and megapixel factors are measured at
+    start-up (:meth:`calibrate`: a square image, then a strip of thin tiles); completed jobs then
+    move the fixed and megapixel factors, each in proportion to its share of the job's predicted
+    time. The forward factor is not learnt from traffic: ordinary jobs have a forward or two, and
+    small ones (mostly fixed cost) would otherwise talk it down until a 4000-tile strip looked cheap.
     """
 
     def __init__(self) -> None:
-        self.factor = 1.0
+        self.fixed_factor = 1.0
+        self.forward_factor = 1.0
+        self.mp_factor = 1.0
         self._seen = 0
 
     @staticmethod
-    def unscaled(work: Work) -> float:
-        return (PRIOR_SECONDS_PER_JOB + PRIOR_SECONDS_PER_FORWARD * work.forwards
-                + PRIOR_SECONDS_PER_MP * work.tiled_mp + PRIOR_SECONDS_PER_IO_MP * work.io_mp)
+    def parts(work: Work) -> tuple[float, float, float]:
+        """(fixed, per-forward, per-megapixel) seconds at the priors' rates."""
+        return (PRIOR_SECONDS_PER_JOB + PRIOR_SECONDS_PER_IO_MP * work.io_mp,
+                PRIOR_SECONDS_PER_FORWARD * work.forwards, PRIOR_SECONDS_PER_MP * work.tiled_mp)
 
     def predict(self, work: Work) -> float:
-        return self.factor * self.unscaled(work)
+        fixed, forwards, per_mp = self.parts(work)
+        return self.fixed_factor * fixed + self.forward_factor * forwards + self.mp_factor * per_mp
+
+    def calibrate(self, square: tuple[Work, float], strip: tuple[Work, float]) -> None:
+        """Forward and megapixel factors from two timed network runs (no fixed cost: no HTTP, no
+        decode): ``square`` mostly megapixels, ``strip`` mostly forwards."""
+        (_, f1, m1), t1 = self.parts(square[0]), square[1]
+        (_, f2, m2), t2 = self.parts(strip[0]), strip[1]
+        det = m1 * f2 - m2 * f1
+        low, high = FACTOR_RANGE
+        if abs(det) < 1e-12:
+            return
+        mp = (t1 * f2 - t2 * f1) / det  # m1*mp + f1*fw = t1; m2*mp + f2*fw = t2
+        fw = (m1 * t2 - m2 * t1) / det
+        if mp <= 0 or fw <= 0:  # timing noise beyond what two runs can separate: one shared factor
+            mp = fw = (t1 + t2) / (f1 + m1 + f2 + m2)
+        self.mp_factor, self.forward_factor = min(max(mp, low), high), min(max(fw, low), high)
+        self.fixed_factor = self.mp_factor  # until jobs teach it: the same machine speed
 
     def learn(self, work: Work, elapsed: float, weight: float = EMA_WEIGHT) -> None:
-        """Move the factor towards what this job measured (``weight`` 1: take it, e.g. a calibration).
+        """Move the fixed and megapixel factors towards what this job measured.
 
-        The first jobs are averaged (weight 1/n), later ones a moving average: the prior is left
-        quickly, then one odd job moves the factor only by ``weight``.
+        The first jobs are averaged (weight 1/n), later ones a moving average: the priors are left
+        quickly, then one odd job moves the factors only by ``weight`` (in log space, so a job twice
+        as slow and one twice as fast cancel out).
         """
         low, high = FACTOR_RANGE
-        ratio = min(max(elapsed / self.unscaled(work), low), high)
+        predicted = self.predict(work)
+        ratio = min(max(elapsed / predicted, low / 10), high * 10)
         self._seen += 1
-        self.factor += max(weight, 1 / self._seen) * (ratio - self.factor)
+        step = max(weight, 1 / self._seen) * math.log(ratio)
+        fixed, _, per_mp = self.parts(work)
+        fixed_share, mp_share = self.fixed_factor * fixed / predicted, self.mp_factor * per_mp / predicted
+        self.fixed_factor = min(max(self.fixed_factor * math.exp(step * fixed_share), low), high)
+        self.mp_factor = min(max(self.mp_factor * math.exp(step * mp_share), low), high)
 
 
 @dataclass

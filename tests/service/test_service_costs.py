@@ -65,7 +65,8 @@ def test_fast_422_stays_fast_while_icc_bombs_are_handled(make_server) -> None:
 
 def test_job_predicted_to_overrun_the_time_limit_is_refused_at_once(make_client, make_image) -> None:
     client = make_client(timeout_s=3)
-    client.app.state.service.pool.model.factor = 1.0  # the priors' rate (asa-base on 2 idle cores)
+    model = client.app.state.service.pool.model
+    model.fixed_factor = model.forward_factor = model.mp_factor = 1.0  # the priors (asa-base, 2 cores)
     t0 = time.monotonic()
     r = _post(client, make_image(512, 512), scale=2, tta="true")  # 8.4 MP through the network
     assert r.status_code == 422 and time.monotonic() - t0 < 3

@@ -108,7 +108,8 @@ LONG_JOB = {"scale": 2, "tta": "true"}
 def test_timed_out_long_job_is_cancelled_and_the_next_request_is_served_promptly(make_client,
                                                                                   make_image) -> None:
     client = make_client(workers=1, max_queue=0, timeout_s=0.5, tile=64)
-    client.app.state.service.pool.model.factor = 1e-3  # a job the work model underestimates still stops
+    model = client.app.state.service.pool.model
+    model.fixed_factor = model.forward_factor = model.mp_factor = 1e-3  # underestimated: still stops
     t0 = time.monotonic()
     r = _post(client, make_image(256, 256), **LONG_JOB)
     assert r.status_code == 504 and time.monotonic() - t0 < 3
@@ -162,6 +163,8 @@ def test_client_that_disconnects_has_its_job_cancelled(make_server, make_image) 
 def test_retry_after_counts_the_queued_work(make_client, make_image, gate_jobs) -> None:
     gate = gate_jobs(tta=False)
     client = make_client(workers=1, max_queue=1)
+    model = client.app.state.service.pool.model
+    model.fixed_factor = model.forward_factor = model.mp_factor = 1.0  # the priors, not this machine's
     png = make_image(256, 256)  # x2 with tta: 2.1 megapixels of work each, ~2.7 s at the prior rate
     done: list = []
     threads = [threading.Thread(target=lambda: done.append(_post(client, png, **LONG_JOB))) for _ in range(2)]

@@ -208,21 +208,27 @@ def test_retry_after_is_the_queued_work_over_the_workers() -> None:
 
 
 def test_retry_after_learns_the_rate_and_predicts_the_real_drain() -> None:
-    """Jobs here run 0.15x the priors' time, in proportion to their work (forwards, megapixels): after a
-    few, Retry-After for a full queue is within a factor 2 of how long it really takes to drain."""
+    """Jobs here run at 0.1x the priors' fixed cost, 0.2x their per-forward and 0.3x their
+    per-megapixel cost: after a calibration and a few small jobs, Retry-After for a full queue is
+    within a factor 2 of how long it really takes to drain."""
     pool = JobPool(workers=1, max_queue=2)
-    true_rate = 0.15
+
+    def seconds(work: Work, fixed_too: bool = True) -> float:
+        fixed, forwards, per_mp = pool.model.parts(work)
+        return 0.1 * fixed * fixed_too + 0.2 * forwards + 0.3 * per_mp
 
     def job(work: Work) -> None:
-        time.sleep(true_rate * pool.model.unscaled(work))
+        time.sleep(seconds(work))
 
-    works = [Work(forwards=20, tiled_mp=1.0), Work(forwards=2, tiled_mp=4.0),
-             Work(forwards=200, tiled_mp=0.1)]
+    square, strip = Work(forwards=1, tiled_mp=1.0), Work(forwards=10, tiled_mp=0.01)
+    pool.model.calibrate((square, seconds(square, False)), (strip, seconds(strip, False)))
+    assert (round(pool.model.forward_factor, 3), round(pool.model.mp_factor, 3)) == (0.2, 0.3)
 
     async def main() -> None:
-        for w in works:
+        for w in [Work(forwards=1, tiled_mp=0.01), Work(forwards=1, tiled_mp=0.3)] * 3:
             await pool.run(job, w, timeout=10, work=w)
-        assert 0.1 < pool.model.factor < 0.3  # the priors said 1
+        assert 0.05 < pool.model.fixed_factor < 0.3 and 0.15 < pool.model.mp_factor < 0.6
+        works = [Work(forwards=30, tiled_mp=1.0), Work(forwards=2, tiled_mp=3.0), Work(forwards=200)]
         queued = [asyncio.ensure_future(pool.run(job, w, timeout=30, work=w)) for w in works]
         while not pool.stats()["running"]:
             await asyncio.sleep(0.01)
