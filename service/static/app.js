@@ -5,6 +5,7 @@
 const $ = (id) => document.getElementById(id);
 const state = {
   file: null,         // the chosen File
+  fileError: "",      // why the server refused the chosen file already (its preview), or ""
   beforeUrl: null,    // object URL of the original
   afterUrl: null,     // object URL of the result
   budgetUrl: null,    // object URL of the budget heat map for the current result
@@ -43,7 +44,7 @@ function detailText(status, body) {
 function setBusy(busy, text) {
   state.busy = busy;
   $("main").setAttribute("aria-busy", busy ? "true" : "false");
-  $("upscale").disabled = busy || !state.file || !state.families.length;
+  $("upscale").disabled = busy || !state.file || !state.families.length || Boolean(state.fileError);
   $("budget-toggle").disabled = busy;
   if (text !== undefined) $("status").textContent = text;
   if (busy) $("progress-row").hidden = false;
@@ -59,6 +60,8 @@ function updateHint() {
       : "Loading the model list…";
   } else if (!state.file) {
     hint = "Choose an image to upscale.";
+  } else if (state.fileError) {
+    hint = "The server cannot read this file (see the error): choose another image.";
   }
   $("hint").textContent = hint;
 }
@@ -170,6 +173,7 @@ function formatBytes(n) {
 function chooseFile(file) {
   if (!file) return;
   state.file = file;
+  state.fileError = "";
   if (state.beforeUrl) URL.revokeObjectURL(state.beforeUrl);
   state.beforeUrl = URL.createObjectURL(file);
   state.beforeNote = "";
@@ -205,6 +209,12 @@ async function loadPreview(file) {
     state.beforeNote = "The original cannot be shown in the browser"
       + (res ? ` (${detailText(res.status, text)})` : "") + ": only the result is displayed.";
     if (res && res.status !== 401) showError(detailText(res.status, text));
+    // The server refused the file itself (not the key, not a busy or failing server): the same
+    // upload would be refused again, so Upscale stays off until another file is chosen.
+    if (res && res.status >= 400 && res.status < 500 && ![401, 408, 429].includes(res.status)) {
+      state.fileError = detailText(res.status, text);
+      setBusy(false);
+    }
     return;
   }
   const blob = await res.blob();
@@ -347,6 +357,7 @@ function setView(actual) {
   compare.classList.toggle("actual", actual);
   compare.style.width = actual ? `${$("after").naturalWidth}px` : "";
   $("view-toggle").setAttribute("aria-pressed", actual ? "true" : "false");
+  $("view-fit").setAttribute("aria-pressed", actual ? "false" : "true");
 }
 
 // Drag anywhere on the image to move the divider.
@@ -425,7 +436,11 @@ function init() {
   $("upscale").addEventListener("click", upscale);
   $("slider").addEventListener("input", (e) => setSlider(Number(e.target.value)));
   $("budget-toggle").addEventListener("change", toggleBudget);
-  $("view-toggle").addEventListener("click", () => setView(!state.actual));
+  $("view-toggle").addEventListener("click", () => setView(true));
+  $("view-fit").addEventListener("click", () => setView(false));
+  $("before-mode").addEventListener("change", (e) => {
+    $("compare").classList.toggle("before-pixels", e.target.value === "pixels");
+  });
   $("loupe-toggle").addEventListener("change", () => { $("loupe").hidden = true; });
   const compare = $("compare");
   compare.addEventListener("pointerdown", (e) => {

@@ -88,12 +88,20 @@ def test_page_upscales_compares_and_reports_errors(browser, live_server: str, tm
     # card, so it starts at 1:1 (not stretched and blurred); the toggle fits it to the card and back.
     boxes = _boxes(browser)
     assert boxes[0] == boxes[1] == [180, 120]
-    assert browser.find_element(By.ID, "view-toggle").get_attribute("aria-pressed") == "true"
-    browser.find_element(By.ID, "view-toggle").click()
+    pressed = lambda: [browser.find_element(By.ID, i).get_attribute("aria-pressed")  # noqa: E731
+                       for i in ("view-fit", "view-toggle")]
+    assert pressed() == ["false", "true"]  # the button in effect is marked
+    browser.find_element(By.ID, "view-fit").click()
     boxes = _boxes(browser)
-    assert boxes[0] == boxes[1] and boxes[0][0] > 600
+    assert boxes[0] == boxes[1] and boxes[0][0] > 600 and pressed() == ["true", "false"]
+    # "before" (60x40 drawn at 180x120+) is enlarged smoothly unless pixel blocks are chosen.
+    rendering = lambda: browser.find_element(By.ID, "before").value_of_css_property("image-rendering")  # noqa: E731
+    assert rendering() == "auto"
+    Select(browser.find_element(By.ID, "before-mode")).select_by_value("pixels")
+    assert rendering() == "pixelated"
+    Select(browser.find_element(By.ID, "before-mode")).select_by_value("smooth")
     browser.find_element(By.ID, "view-toggle").click()
-    assert _boxes(browser)[1] == [180, 120]
+    assert _boxes(browser)[1] == [180, 120] and pressed() == ["false", "true"] and rendering() == "auto"
 
     # The divider can be dragged on the image itself.
     from selenium.webdriver.common.action_chains import ActionChains
@@ -138,14 +146,18 @@ def test_page_upscales_compares_and_reports_errors(browser, live_server: str, tm
     assert browser.find_element(By.ID, "progress").size["width"] > 300  # not squeezed by it
     browser.save_screenshot(str(ARTIFACTS / "service-page-budget.png"))
 
-    # A file that is not an image: the API's detail is shown to the person.
+    # A file that is not an image: the browser cannot show it, so the page asks the server's preview,
+    # whose refusal is shown, and Upscale stays off (the same upload would be refused again).
     browser.find_element(By.ID, "file").send_keys(str(bad))
-    browser.find_element(By.ID, "upscale").click()
     _wait(browser, lambda d: d.find_element(By.ID, "error").is_displayed())
     message = browser.find_element(By.ID, "error").text
     assert "Error 415" in message and "not a supported image" in message
+    assert not browser.find_element(By.ID, "upscale").is_enabled()
+    assert "cannot read this file" in browser.find_element(By.ID, "hint").text
     assert not browser.find_element(By.ID, "result").is_displayed()  # no stale result beside the error
     browser.save_screenshot(str(ARTIFACTS / "service-page-error.png"))
+    browser.find_element(By.ID, "file").send_keys(str(good))  # another file: Upscale is back
+    _wait(browser, lambda d: d.find_element(By.ID, "upscale").is_enabled(), 10)
 
 
 def _photo(tmp_path: Path, name: str, **save: object) -> Path:
