@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Request, Security, UploadFile
+from fastapi import Path as UrlPath
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -43,10 +44,12 @@ from .hub import ModelHub, UnknownModelError
 from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError, Work
 from .limits import ApiKeyMiddleware, BodyLimitMiddleware
 from .pipeline import (
+    BudgetMapStore,
     JobRequest,
     WorkLimitError,
     download_name,
     http_error,
+    levels_png,
     mime_types,
     plan_work,
     request_formats,
@@ -64,10 +67,10 @@ DOCS_ASSETS = "/docs-assets"
 DOCS_ASSETS_DIR = Path(importlib.util.find_spec("fastapi_offline").origin).parent / "static"
 MIME = mime_types()
 EXPOSED_HEADERS = ["Server-Timing", "X-Model", "X-Model-Choice", "X-Scale", "X-Image-Size", "X-Budget-Max",
-                   "Content-Disposition"]
+                   "X-Budget-Map-Id", "Content-Disposition"]
 # Form fields that take one value: a repeated one is refused rather than silently taking the last.
 SINGLE_FIELDS = ("file", "scale", "outscale", "width", "height", "model", "format", "quality", "budget_map",
-                 "tta", "denoise")
+                 "tta", "denoise", "keep_budget_map")
 # Status for a request whose client went away (nginx's convention; nobody reads it).
 CLIENT_CLOSED = 499
 
@@ -77,6 +80,7 @@ class Service:
     settings: Settings
     hub: ModelHub
     pool: JobPool
+    budget_maps: BudgetMapStore
 
 
 # --- dependencies ---------------------------------------------------------------------------
@@ -179,6 +183,9 @@ async def upscale(
                                           description="photo and auto only: 0..1, photo's weights blended "
                                                       "with asa-base's, (1-D)*asa-base + D*photo "
                                                       "(default 1: photo as trained)")] = None,
+    keep_budget_map: Annotated[bool, Form(description="also keep this result's attention-budget map for "
+                                                      "GET /v1/budget-maps/{id} (id in X-Budget-Map-Id): "
+                                                      "showing it then needs no second upscale")] = False,
 ) -> Response:
     start = time.perf_counter()
     settings, hub = service.settings, service.hub
@@ -208,7 +215,8 @@ async def upscale(
     stop = threading.Event()
     job = JobRequest(data=data, scale=scale, outscale=outscale, width=width, height=height, fmt=fmt,
                      quality=quality, budget_map=budget_map, tta=tta, max_pixels=settings.max_pixels,
-                     budget_k_max=hub.budget_k_max(family) if budget_map else None,
+                     budget_k_max=hub.budget_k_max(family) if budget_map or keep_budget_map else None,
+                     keep_budget_map=keep_budget_map,
                      max_output_pixels=settings.max_output_pixels, max_work_pixels=settings.max_work_pixels,
                      should_stop=stop.is_set)
     # Refuse before any work: the header gives the size, the engine's plan the output and passes.
@@ -261,6 +269,10 @@ async def upscale(
     }
     if budget_map and job.budget_k_max:
         headers["X-Budget-Max"] = f"{job.budget_k_max:g}"  # the heat map's brightest colour
+    if result.budget_levels is not None:
+        map_id = service.budget_maps.put(result.budget_levels, job.budget_k_max)
+        if map_id is not None:
+            headers["X-Budget-Map-Id"] = map_id
     return Response(content=result.body, media_type=MIME[result.fmt], headers=headers)
 
 
@@ -295,6 +307,32 @@ async def preview(
     return Response(content=body, media_type="image/png",
                     headers={"X-Image-Size": f"{in_w}x{in_h}", "X-Content-Type-Options": "nosniff",
                              "Cache-Control": "no-store"})
+
+
+@v1.get(
+    "/budget-maps/{map_id}",
+    response_class=Response,
+    responses={200: {"description": "the attention-budget heat-map PNG (input size), as budget_map=true "
+                                    "would have returned it", "content": {"image/png": {}}},
+               401: _ERRORS[401],
+               404: {"description": "no such map (never made, or dropped for newer ones: upscale again "
+                                    "with budget_map=true)"}},
+    summary="The budget map kept with a result (POST /v1/upscale with keep_budget_map=true)",
+)
+async def budget_map_of_result(
+    service: Annotated[Service, Depends(get_service)],
+    map_id: Annotated[str, UrlPath(max_length=64, description="the X-Budget-Map-Id of an upscale")],
+) -> Response:
+    kept = service.budget_maps.get(map_id)
+    if kept is None:
+        raise HTTPException(404, detail="no such budget map: it was never made or newer ones replaced it; "
+                                        "upscale again with budget_map=true")
+    levels, k_max = kept
+    body = await asyncio.to_thread(levels_png, levels)
+    headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+    if k_max:
+        headers["X-Budget-Max"] = f"{k_max:g}"
+    return Response(content=body, media_type="image/png", headers=headers)
 
 
 @v1.get("/models", summary="Models offered, with scales, parameters and Set5 PSNR",
@@ -364,7 +402,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan protocol
         service = Service(settings=settings, hub=ModelHub(settings),
-                          pool=JobPool(settings.workers, settings.max_queue))
+                          pool=JobPool(settings.workers, settings.max_queue), budget_maps=BudgetMapStore())
         app.state.service = service
         # Load in the background so /healthz answers at once and /readyz says 503 until loaded.
         threading.Thread(target=service.hub.load_default, args=(lambda up: _calibrate(service, up),),

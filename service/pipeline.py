@@ -9,7 +9,10 @@ from __future__ import annotations
 import io
 import math
 import re
+import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -62,6 +65,7 @@ class JobRequest:
     budget_k_max: float | None = None  # heat-map scale: the model's k_max, so maps compare across images
     max_output_pixels: int | None = None
     max_work_pixels: int | None = None
+    keep_budget_map: bool = False  # also return the budget map's colour levels with the image
     should_stop: Callable[[], bool] | None = None  # polled between stages and by the engine
     submitted: float = field(default_factory=time.perf_counter)
 
@@ -75,6 +79,7 @@ class JobResult:
     size: tuple[int, int]     # output (width, height)
     timings_ms: dict[str, float]
     choice: str = ""          # model "auto": what it chose and why, e.g. "auto: photo (JPEG, quality ~72)"
+    budget_levels: Any = None  # keep_budget_map: uint8 (H, W) heat-map levels (sr.inference.budget_levels)
 
 
 def run_job(engine: Any, req: JobRequest) -> JobResult:
@@ -89,8 +94,8 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
     t1 = time.perf_counter()
     # source: the upload's bytes, from which model "auto" tells lossy from lossless
     res = engine.upscale(img, scale=req.scale, outscale=req.outscale, width=req.width, height=req.height,
-                         with_budget_map=req.budget_map, tta=req.tta, should_stop=req.should_stop,
-                         source=req.data)
+                         with_budget_map=req.budget_map or req.keep_budget_map, tta=req.tta,
+                         should_stop=req.should_stop, source=req.data)
     _check_stop(req)
     t2 = time.perf_counter()
     if req.budget_map:
@@ -101,10 +106,15 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
         fmt = output_format(req.fmt, img.format)
         body = encode_image(res.image, format=fmt, quality=req.quality)
     t3 = time.perf_counter()
+    levels = None
+    if req.keep_budget_map and not req.budget_map and res.budget_map is not None:
+        from sr.inference.heatmap import budget_levels
+
+        levels = budget_levels(res.budget_map, req.budget_k_max)
     out = res.image
     return JobResult(
         body=body, fmt=fmt, model=res.model, scale=res.scale, size=(out.width, out.height),
-        choice=res.choice.describe() if res.choice is not None else "",
+        choice=res.choice.describe() if res.choice is not None else "", budget_levels=levels,
         timings_ms={"queue": (t0 - req.submitted) * 1e3, "decode": (t1 - t0) * 1e3,
                     "upscale": (t2 - t1) * 1e3, "encode": (t3 - t2) * 1e3},
     )
@@ -186,6 +196,45 @@ def output_format(requested: str, source: str | None) -> str:
     if row is None:
         raise KeyError(requested)
     return row.user_name
+
+
+class BudgetMapStore:
+    """The budget maps of recent results, as heat-map levels (1 byte per input pixel), so that the
+    page shows a result's map without a second upscale (issue 45). Bounded in bytes; the oldest go
+    first; ids are unguessable, and the routes that use them need the API key anyway."""
+
+    def __init__(self, max_bytes: int = 64 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self._maps: OrderedDict[str, tuple[Any, float | None]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def put(self, levels: Any, k_max: float | None) -> str | None:
+        if levels.nbytes > self.max_bytes:
+            return None
+        key = secrets.token_urlsafe(16)
+        with self._lock:
+            self._maps[key] = (levels, k_max)
+            self._bytes += levels.nbytes
+            while self._bytes > self.max_bytes:
+                _, (old, _) = self._maps.popitem(last=False)
+                self._bytes -= old.nbytes
+        return key
+
+    def get(self, key: str) -> tuple[Any, float | None] | None:
+        with self._lock:
+            return self._maps.get(key)
+
+
+def levels_png(levels: Any) -> bytes:
+    """The heat-map PNG of kept levels: the same pixels as :func:`heatmap_png` of the map."""
+    from PIL import Image
+
+    from sr.inference.heatmap import LUT
+
+    buf = io.BytesIO()
+    Image.fromarray(LUT[levels], "RGB").save(buf, format="PNG")
+    return buf.getvalue()
 
 
 def heatmap_png(budget_map: Any, k_max: float | None = None) -> bytes:

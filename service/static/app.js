@@ -9,6 +9,7 @@ const state = {
   beforeUrl: null,    // object URL of the original
   afterUrl: null,     // object URL of the result
   budgetUrl: null,    // object URL of the budget heat map for the current result
+  budgetId: null,     // X-Budget-Map-Id of the current result: its map, kept by the server
   request: null,      // the form fields that produced the current result
   families: [],       // [{name, scales, default, denoise, description?}]
   models: [],         // catalogue entries
@@ -230,7 +231,8 @@ async function loadPreview(file) {
 // --- upscale ----------------------------------------------------------------------------------
 function currentFields() {
   const fields = { model: $("model").value, scale: $("scale").value, format: $("format").value,
-                   quality: $("quality").value, tta: $("tta").checked ? "true" : "false" };
+                   quality: $("quality").value, tta: $("tta").checked ? "true" : "false",
+                   keep_budget_map: "true" };  // the overlay then needs no second upscale
   if (!$("denoise").disabled) fields.denoise = $("denoise").value;
   return fields;
 }
@@ -293,6 +295,7 @@ async function upscale() {
     if (state.budgetUrl) URL.revokeObjectURL(state.budgetUrl);
     state.afterUrl = URL.createObjectURL(blob);
     state.budgetUrl = null;
+    state.budgetId = xhr.getResponseHeader("X-Budget-Map-Id");
     state.request = fields;
     await showResult(xhr, blob);
     setBusy(false, `Done: ${timingText(xhr)}`);
@@ -392,6 +395,17 @@ function moveLoupe(e) {
   loupe.hidden = false;
 }
 
+// The current result's budget map: the one the server kept with it, else (dropped for newer ones,
+// or an older server) a second upscale that returns the map.
+async function budgetMap() {
+  if (state.budgetId) {
+    const res = await fetch(`/v1/budget-maps/${encodeURIComponent(state.budgetId)}`, { headers: apiHeaders() });
+    if (res.ok) return { blob: await res.blob(), max: res.headers.get("X-Budget-Max") };
+  }
+  const { blob, xhr } = await post(state.request, { budget_map: "true", format: "png" });
+  return { blob, max: xhr.getResponseHeader("X-Budget-Max") };
+}
+
 async function toggleBudget() {
   const on = $("budget-toggle").checked;
   if (!on) { $("budget").hidden = true; $("legend").hidden = true; return; }
@@ -399,9 +413,9 @@ async function toggleBudget() {
     showError("");
     setBusy(true, "Computing the attention budget map…");
     try {
-      const { blob, xhr } = await post(state.request, { budget_map: "true", format: "png" });
+      const { blob, max } = await budgetMap();
       state.budgetUrl = URL.createObjectURL(blob);
-      state.budgetMax = xhr.getResponseHeader("X-Budget-Max") || "max";
+      state.budgetMax = max || "max";
       setBusy(false, "Attention budget map shown.");
       $("progress").value = 100;
     } catch (err) {

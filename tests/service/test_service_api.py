@@ -11,6 +11,7 @@ import time
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
@@ -381,3 +382,18 @@ def test_page_has_photo_auto_and_a_denoise_slider(make_client) -> None:
     assert 'id="denoise" type="range" min="0" max="1" step="0.05"' in page
     script = client.get("/static/app.js").text
     assert "fields.denoise" in script and "fam.denoise" in script  # sent only where the model takes it
+
+
+def test_budget_map_kept_with_the_result_is_the_one_budget_map_true_returns(make_client, make_image) -> None:
+    client = make_client()
+    png = make_image(40, 30)
+    r = _post(client, png, scale="2", keep_budget_map="true")
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png"
+    kept = client.get(f"/v1/budget-maps/{r.headers['x-budget-map-id']}")
+    direct = _post(client, png, scale="2", budget_map="true")
+    assert kept.status_code == 200 and kept.headers["x-budget-max"] == direct.headers["x-budget-max"] == "8"
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(kept.content))),
+                          np.asarray(Image.open(io.BytesIO(direct.content))))
+    assert "x-budget-map-id" not in _post(client, png, scale="2").headers  # only when asked
+    missing = client.get("/v1/budget-maps/no-such-map")
+    assert missing.status_code == 404 and "budget_map=true" in missing.json()["detail"]

@@ -125,11 +125,16 @@ def test_page_upscales_compares_and_reports_errors(browser, live_server: str, tm
     assert not browser.find_element(By.ID, "budget").is_displayed()  # overlay only when asked for
     browser.save_screenshot(str(ARTIFACTS / "service-page-compare.png"))
 
-    # The budget-map overlay: a second request, same output size.
+    # The budget-map overlay: the map the server kept with the result, no second upscale.
+    requests = ("return performance.getEntriesByType('resource').map(e => new URL(e.name).pathname)"
+                ".filter(p => p.startsWith('/v1/upscale') || p.startsWith('/v1/budget-maps/'))")
+    before_toggle = browser.execute_script(requests)
     browser.find_element(By.ID, "budget-toggle").click()
     _wait(browser, lambda d: d.execute_script(
         "const b = document.getElementById('budget'); return !b.hidden && b.complete && b.naturalWidth > 0;"))
     assert browser.execute_script("return document.getElementById('budget').naturalWidth") == 180
+    new = browser.execute_script(requests)[len(before_toggle):]
+    assert len(new) == 1 and new[0].startswith("/v1/budget-maps/"), new
     # The legend: a small colour bar beside the image, 0 at the bottom and k_max (8) at the top.
     legend = browser.find_element(By.ID, "legend")
     assert legend.is_displayed()
