@@ -78,10 +78,11 @@ class WorkModel:
     Three parts, three factors, because they do not move together: the fixed cost of a job (per
     job, per decoded or encoded pixel), the network's cost per forward (what a thin image's many
     tiles cost) and its cost per megapixel. The forward and megapixel factors are measured at
-    start-up (:meth:`calibrate`: a square image, then a strip of thin tiles); completed jobs then
-    move the fixed and megapixel factors, each in proportion to its share of the job's predicted
-    time. The forward factor is not learnt from traffic: ordinary jobs have a forward or two, and
-    small ones (mostly fixed cost) would otherwise talk it down until a 4000-tile strip looked cheap.
+    start-up (:meth:`calibrate`: a square image, then a strip of thin tiles); each completed job then
+    teaches the factor of the part that dominated its predicted time, and only that one. A job's
+    time is one number: split among the parts, it cannot tell them apart, and hundreds of small
+    jobs (mostly fixed cost) talked the megapixel factor down until a 67-megapixel job looked like
+    30 s (issue 45's soak: admitted, it ran to the limit).
     """
 
     def __init__(self) -> None:
@@ -117,21 +118,22 @@ class WorkModel:
         self.fixed_factor = self.mp_factor  # until jobs teach it: the same machine speed
 
     def learn(self, work: Work, elapsed: float, weight: float = EMA_WEIGHT) -> None:
-        """Move the fixed and megapixel factors towards what this job measured.
+        """Move the factor of the part that dominated this job's prediction towards what it measured.
 
         The first jobs are averaged (weight 1/n), later ones a moving average: the priors are left
-        quickly, then one odd job moves the factors only by ``weight`` (in log space, so a job twice
-        as slow and one twice as fast cancel out).
+        quickly, then one odd job moves a factor only by ``weight`` (in log space, so a job twice as
+        slow and one twice as fast cancel out).
         """
         low, high = FACTOR_RANGE
         predicted = self.predict(work)
         ratio = min(max(elapsed / predicted, low / 10), high * 10)
         self._seen += 1
-        step = max(weight, 1 / self._seen) * math.log(ratio)
-        fixed, _, per_mp = self.parts(work)
-        fixed_share, mp_share = self.fixed_factor * fixed / predicted, self.mp_factor * per_mp / predicted
-        self.fixed_factor = min(max(self.fixed_factor * math.exp(step * fixed_share), low), high)
-        self.mp_factor = min(max(self.mp_factor * math.exp(step * mp_share), low), high)
+        step = math.exp(max(weight, 1 / self._seen) * math.log(ratio))
+        fixed, forwards, per_mp = self.parts(work)
+        shares = {"fixed_factor": self.fixed_factor * fixed, "forward_factor": self.forward_factor * forwards,
+                  "mp_factor": self.mp_factor * per_mp}
+        name = max(shares, key=shares.__getitem__)
+        setattr(self, name, min(max(getattr(self, name) * step, low), high))
 
 
 @dataclass
