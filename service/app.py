@@ -5,10 +5,11 @@ from ``SR_*`` environment variables, for ``uvicorn service.app:app``.
 
 Status codes (errors are JSON ``{"detail": "..."}``):
   400 empty upload, corrupt or truncated image      401 API key missing or wrong (when configured)
-  408 the upload stalled (no data for the body timeout)
+  404 no such kept budget map                        408 headers or upload stalled (header/body timeout)
   413 upload over the byte limit / image over the pixel limit
   415 not an image, an animated image, or an unsupported pixel mode (float, LAB...)
-  422 bad or repeated field: unknown model, scale, format...; output or work over the server's limits
+  422 bad or repeated field: unknown model, scale, format...; output or work over the server's limits;
+      a job predicted to outlast the time limit; a file refused before decoding (scan/metadata bombs)
   503 model still loading, or workers and queue full (with Retry-After)
   504 the request ran past the time limit (its job is stopped)
 """
@@ -137,17 +138,18 @@ async def _read_upload(file: UploadFile, settings: Settings) -> bytes:
 
 v1 = APIRouter(prefix="/v1", tags=["v1"], dependencies=[Depends(require_api_key)])
 
+REFUSED_BEFORE_DECODING = "a file refused before decoding (over 100 JPEG scans, PNG metadata bombs)"
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"description": text, "content": {"application/json": {"example": {"detail": "..."}}}}
     for code, text in {
         400: "empty upload, or a corrupt / truncated image",
         401: "API key missing or wrong (only when the server has one)",
-        408: "the upload stalled (no data for the body timeout)",
+        408: "the request's headers or its upload stalled (header or body timeout)",
         413: "upload over the byte limit, or image over the pixel limit",
         415: "not an image, an animated image, or an unsupported pixel format",
         422: "bad or repeated field: unknown model, unavailable scale, bad format, quality or denoise "
-             "(or denoise with a model other than photo / auto), or an output / work over the server's "
-             "limits",
+             "(or denoise with a model other than photo / auto); an output / work over the server's "
+             "limits, or predicted to take longer than its time limit; " + REFUSED_BEFORE_DECODING,
         503: "model loading, or server busy (see Retry-After)",
         504: "request took longer than the server's time limit",
     }.items()
@@ -281,7 +283,7 @@ async def upscale(
     response_class=Response,
     dependencies=[Depends(require_ready)],
     responses={200: {"description": "the decoded input as an 8-bit PNG", "content": {"image/png": {}}},
-               **{k: v for k, v in _ERRORS.items() if k != 422}},
+               **_ERRORS, 422: {**_ERRORS[422], "description": REFUSED_BEFORE_DECODING}},
     summary="The upload decoded by the server, as a PNG (for inputs a browser cannot show)",
 )
 async def preview(

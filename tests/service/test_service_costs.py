@@ -37,6 +37,8 @@ def test_scan_bomb_is_refused_and_the_next_small_request_is_served_within_20_s(m
     assert _post(client, _png(24, 20)).status_code == 200
     assert time.monotonic() - t0 < 20
     assert client.get("/healthz").json()["jobs"]["completed"] == 1  # the bomb never took a worker
+    r = client.post("/v1/preview", files={"file": ("bomb.jpg", bomb)})
+    assert r.status_code == 422 and "scans" in r.json()["detail"]
 
 
 def test_fast_422_stays_fast_while_icc_bombs_are_handled(make_server) -> None:
