@@ -376,7 +376,8 @@ def check_decode_cost(data: bytes, path: str | None = None) -> None:
     A pure-Python walk of the file's structure (no inflating of pixel data, no Pillow): JPEG scans
     (progressive scan bombs) and entropy data too short for the declared size (a 3 KB file claiming
     16 MP); PNG chunk count, repeated iCCP and inflated metadata size (zlib bombs in metadata); GIF
-    frames (Pillow decodes every frame just to count them; animated images are refused anyway).
+    frames (Pillow decodes every frame just to count them) and TIFF pages (animated and multi-page
+    images are refused anyway).
     Raises :class:`DecodeLimitError`, :class:`AnimatedImageError` or :class:`ImageDecodeError`.
     """
     try:
@@ -386,6 +387,8 @@ def check_decode_cost(data: bytes, path: str | None = None) -> None:
             _check_png(data, path)
         elif data[:6] in (b"GIF87a", b"GIF89a"):
             _check_gif(data, path)
+        elif data[:4] in (b"II*\x00", b"MM\x00*"):
+            _check_tiff(data, path)
     except (IndexError, struct.error):
         return  # a structure we cannot walk: Pillow gives the precise error for it
 
@@ -510,6 +513,21 @@ def _check_gif(data: bytes, path: str | None) -> None:
     if frames > 1:
         raise AnimatedImageError(
             f"GIF image with {frames} frames (animated or multi-page images are not supported)", path)
+
+
+def _check_tiff(data: bytes, path: str | None) -> None:
+    """Pages, counted along the chain of image file directories (Pillow reads each one's tags to
+    count them: a 20 MB file of tiny directories is ~100,000 pages of Python work)."""
+    order = "<" if data[:2] == b"II" else ">"
+    offset, pages, seen = struct.unpack_from(order + "I", data, 4)[0], 0, set()
+    while offset and offset not in seen and offset + 2 <= len(data):
+        seen.add(offset)
+        pages += 1
+        entries = struct.unpack_from(order + "H", data, offset)[0]
+        offset = struct.unpack_from(order + "I", data, offset + 2 + 12 * entries)[0]
+    if pages > 1:
+        raise AnimatedImageError(
+            f"TIFF image with {pages} frames (animated or multi-page images are not supported)", path)
 
 
 @contextmanager

@@ -926,3 +926,17 @@ def test_read_size_of_a_png_reads_no_pixel_data():
     assert read_size(bytes(png)) == (30, 50)
     with pytest.raises(ImageDecodeError):
         read_image(bytes(png))
+
+
+def test_multi_page_tiff_is_refused_from_its_directory_chain():
+    from sr.io import check_decode_cost
+
+    first, *rest = frames(5)
+    data = save(first, "TIFF", save_all=True, append_images=rest)
+    with pytest.raises(AnimatedImageError, match="TIFF image with 5 frames"):
+        check_decode_cost(data)  # no Pillow: the chain of directories alone
+    check_decode_cost(save(first, "TIFF"))  # one page
+    for order in ("<", ">"):  # a directory that points back to itself: one page, no endless loop
+        looped = (b"II*\x00" if order == "<" else b"MM\x00*") + struct.pack(order + "IH", 8, 0) \
+            + struct.pack(order + "I", 8)
+        check_decode_cost(looped)
