@@ -395,7 +395,9 @@ def check_decode_cost(data: bytes, path: str | None = None) -> None:
 
 # JPEG markers with no length field: SOI, EOI, RSTn, TEM.
 _JPEG_BARE = frozenset({0xD8, 0xD9, 0x01, *range(0xD0, 0xD8)})
-_JPEG_SOF = frozenset({*range(0xC0, 0xC4), *range(0xC5, 0xC8), *range(0xC9, 0xCC), *range(0xCD, 0xD0)})
+# Frame headers of Huffman-coded JPEGs (baseline, extended, progressive): every 8x8 block of those
+# takes at least one bit (its DC code).
+_JPEG_HUFFMAN_SOF = frozenset({0xC0, 0xC1, 0xC2})
 # The next marker after entropy-coded data: 0xFF not followed by a stuffed 0x00, RSTn or fill 0xFF.
 _JPEG_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 
@@ -415,7 +417,7 @@ def _check_jpeg(data: bytes, path: str | None) -> None:
             pos += 2
             continue
         length = struct.unpack_from(">H", data, pos + 2)[0]
-        if marker in _JPEG_SOF:
+        if marker in _JPEG_HUFFMAN_SOF:  # arithmetic coding can spend under a bit per block
             h, w = struct.unpack_from(">HH", data, pos + 5)
             blocks = -(-h // 8) * -(-w // 8)  # of the first component at least
         pos += 2 + length
@@ -429,7 +431,6 @@ def _check_jpeg(data: bytes, path: str | None) -> None:
             end = found.start() if found else len(data)
             entropy += end - pos
             pos = end
-    # Every 8x8 block takes at least one bit of entropy-coded data (its DC code).
     if blocks and entropy * 8 < blocks:
         raise ImageDecodeError(
             f"truncated JPEG: its header declares {blocks:,} blocks of 8x8 pixels but it carries only "
