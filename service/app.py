@@ -5,10 +5,11 @@ from ``SR_*`` environment variables, for ``uvicorn service.app:app``.
 
 Status codes (errors are JSON ``{"detail": "..."}``):
   400 empty upload, corrupt or truncated image      401 API key missing or wrong (when configured)
-  408 the upload stalled (no data for the body timeout)
+  404 no such kept budget map                        408 headers or upload stalled (header/body timeout)
   413 upload over the byte limit / image over the pixel limit
   415 not an image, an animated image, or an unsupported pixel mode (float, LAB...)
-  422 bad or repeated field: unknown model, scale, format...; output or work over the server's limits
+  422 bad or repeated field: unknown model, scale, format...; output or work over the server's limits;
+      a job predicted to outlast the time limit; a file refused before decoding (scan/metadata bombs)
   503 model still loading, or workers and queue full (with Retry-After)
   504 the request ran past the time limit (its job is stopped)
 """
@@ -16,6 +17,8 @@ Status codes (errors are JSON ``{"detail": "..."}``):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import importlib.util
 import logging
 import secrets
 import threading
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Request, Security, UploadFile
+from fastapi import Path as UrlPath
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -33,19 +37,20 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.security import APIKeyHeader
 from fastapi.staticfiles import StaticFiles
-from swagger_ui_bundle import swagger_ui_path
 
 from sr.inference import DENOISE_MODELS, UpscaleError
 from sr.io import ImageError, read_size
 
 from .hub import ModelHub, UnknownModelError
-from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError
+from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError, Work
 from .limits import ApiKeyMiddleware, BodyLimitMiddleware
 from .pipeline import (
+    BudgetMapStore,
     JobRequest,
     WorkLimitError,
     download_name,
     http_error,
+    levels_png,
     mime_types,
     plan_work,
     request_formats,
@@ -56,13 +61,17 @@ from .settings import Settings
 
 log = logging.getLogger("sr.service")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
-DOCS_ASSETS = "/docs-assets"  # Swagger UI's JS/CSS, from the swagger-ui-bundle wheel (works offline)
+# Swagger UI's JS/CSS, served locally (works offline). Swagger UI 5, from the fastapi-offline wheel:
+# the 4.x of swagger-ui-bundle cannot read OpenAPI 3.1, FastAPI's document ("Unable to render this
+# definition", issue 45).
+DOCS_ASSETS = "/docs-assets"
+DOCS_ASSETS_DIR = Path(importlib.util.find_spec("fastapi_offline").origin).parent / "static"
 MIME = mime_types()
 EXPOSED_HEADERS = ["Server-Timing", "X-Model", "X-Model-Choice", "X-Scale", "X-Image-Size", "X-Budget-Max",
-                   "Content-Disposition"]
+                   "X-Budget-Map-Id", "Content-Disposition"]
 # Form fields that take one value: a repeated one is refused rather than silently taking the last.
 SINGLE_FIELDS = ("file", "scale", "outscale", "width", "height", "model", "format", "quality", "budget_map",
-                 "tta", "denoise")
+                 "tta", "denoise", "keep_budget_map")
 # Status for a request whose client went away (nginx's convention; nobody reads it).
 CLIENT_CLOSED = 499
 
@@ -72,6 +81,7 @@ class Service:
     settings: Settings
     hub: ModelHub
     pool: JobPool
+    budget_maps: BudgetMapStore
 
 
 # --- dependencies ---------------------------------------------------------------------------
@@ -128,17 +138,18 @@ async def _read_upload(file: UploadFile, settings: Settings) -> bytes:
 
 v1 = APIRouter(prefix="/v1", tags=["v1"], dependencies=[Depends(require_api_key)])
 
+REFUSED_BEFORE_DECODING = "a file refused before decoding (over 100 JPEG scans, PNG metadata bombs)"
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"description": text, "content": {"application/json": {"example": {"detail": "..."}}}}
     for code, text in {
         400: "empty upload, or a corrupt / truncated image",
         401: "API key missing or wrong (only when the server has one)",
-        408: "the upload stalled (no data for the body timeout)",
+        408: "the request's headers or its upload stalled (header or body timeout)",
         413: "upload over the byte limit, or image over the pixel limit",
         415: "not an image, an animated image, or an unsupported pixel format",
         422: "bad or repeated field: unknown model, unavailable scale, bad format, quality or denoise "
-             "(or denoise with a model other than photo / auto), or an output / work over the server's "
-             "limits",
+             "(or denoise with a model other than photo / auto); an output / work over the server's "
+             "limits, or predicted to take longer than its time limit; " + REFUSED_BEFORE_DECODING,
         503: "model loading, or server busy (see Retry-After)",
         504: "request took longer than the server's time limit",
     }.items()
@@ -174,6 +185,9 @@ async def upscale(
                                           description="photo and auto only: 0..1, photo's weights blended "
                                                       "with asa-base's, (1-D)*asa-base + D*photo "
                                                       "(default 1: photo as trained)")] = None,
+    keep_budget_map: Annotated[bool, Form(description="also keep this result's attention-budget map for "
+                                                      "GET /v1/budget-maps/{id} (id in X-Budget-Map-Id): "
+                                                      "showing it then needs no second upscale")] = False,
 ) -> Response:
     start = time.perf_counter()
     settings, hub = service.settings, service.hub
@@ -203,17 +217,26 @@ async def upscale(
     stop = threading.Event()
     job = JobRequest(data=data, scale=scale, outscale=outscale, width=width, height=height, fmt=fmt,
                      quality=quality, budget_map=budget_map, tta=tta, max_pixels=settings.max_pixels,
-                     budget_k_max=hub.budget_k_max(family) if budget_map else None,
+                     budget_k_max=hub.budget_k_max(family) if budget_map or keep_budget_map else None,
+                     keep_budget_map=keep_budget_map,
                      max_output_pixels=settings.max_output_pixels, max_work_pixels=settings.max_work_pixels,
                      should_stop=stop.is_set)
     # Refuse before any work: the header gives the size, the engine's plan the output and passes.
     try:
         in_w, in_h = await asyncio.to_thread(read_size, data, settings.max_pixels)
-        _, work = plan_work(engine, in_w, in_h, job)
+        (out_w, out_h), work = plan_work(engine, in_w, in_h, job)
     except (ImageError, UpscaleError, WorkLimitError) as e:  # each is the request's fault: a 4xx
         raise (http_error(e, data) or HTTPException(400, detail=str(e))) from None
+    # A job that cannot finish within the limit would hold a worker for the whole limit, then 504.
+    predicted = service.pool.estimate(work)
+    if predicted > settings.timeout_s:
+        raise HTTPException(422, detail=(
+            f"{out_w}x{out_h} output{' with tta' if tta else ''} needs about {predicted:.0f} s of work at "
+            f"this server's measured rate ({work.forwards} network forwards, {work.tiled_mp:.1f} MP),"
+            f" over its time limit of {settings.timeout_s:g} s (SR_TIMEOUT_S); ask for a smaller output"
+            + (" or turn tta off" if tta else "")))
     try:
-        result = await service.pool.run(run_job, engine, job, timeout=settings.timeout_s, cost_mp=work / 1e6,
+        result = await service.pool.run(run_job, engine, job, timeout=settings.timeout_s, work=work,
                                         stop=stop, disconnected=request.is_disconnected)
     except QueueFullError as e:
         raise HTTPException(503, detail=str(e), headers={"Retry-After": str(e.retry_after)}) from None
@@ -248,6 +271,10 @@ async def upscale(
     }
     if budget_map and job.budget_k_max:
         headers["X-Budget-Max"] = f"{job.budget_k_max:g}"  # the heat map's brightest colour
+    if result.budget_levels is not None:
+        map_id = service.budget_maps.put(result.budget_levels, job.budget_k_max)
+        if map_id is not None:
+            headers["X-Budget-Map-Id"] = map_id
     return Response(content=result.body, media_type=MIME[result.fmt], headers=headers)
 
 
@@ -256,7 +283,7 @@ async def upscale(
     response_class=Response,
     dependencies=[Depends(require_ready)],
     responses={200: {"description": "the decoded input as an 8-bit PNG", "content": {"image/png": {}}},
-               **{k: v for k, v in _ERRORS.items() if k != 422}},
+               **_ERRORS, 422: {**_ERRORS[422], "description": REFUSED_BEFORE_DECODING}},
     summary="The upload decoded by the server, as a PNG (for inputs a browser cannot show)",
 )
 async def preview(
@@ -269,7 +296,7 @@ async def preview(
     try:
         in_w, in_h = await asyncio.to_thread(read_size, data, settings.max_pixels)
         body = await service.pool.run(run_preview, data, settings.max_pixels, timeout=settings.timeout_s,
-                                      cost_mp=in_w * in_h / 1e6 / 8,  # decode + encode: no network
+                                      work=Work(io_mp=2 * in_w * in_h / 1e6),  # decode + encode: no network
                                       disconnected=request.is_disconnected, learn=False)
     except QueueFullError as e:
         raise HTTPException(503, detail=str(e), headers={"Retry-After": str(e.retry_after)}) from None
@@ -284,7 +311,34 @@ async def preview(
                              "Cache-Control": "no-store"})
 
 
-@v1.get("/models", summary="Models offered, with scales, parameters and Set5 PSNR")
+@v1.get(
+    "/budget-maps/{map_id}",
+    response_class=Response,
+    responses={200: {"description": "the attention-budget heat-map PNG (input size), as budget_map=true "
+                                    "would have returned it", "content": {"image/png": {}}},
+               401: _ERRORS[401],
+               404: {"description": "no such map (never made, or dropped for newer ones: upscale again "
+                                    "with budget_map=true)"}},
+    summary="The budget map kept with a result (POST /v1/upscale with keep_budget_map=true)",
+)
+async def budget_map_of_result(
+    service: Annotated[Service, Depends(get_service)],
+    map_id: Annotated[str, UrlPath(max_length=64, description="the X-Budget-Map-Id of an upscale")],
+) -> Response:
+    kept = service.budget_maps.get(map_id)
+    if kept is None:
+        raise HTTPException(404, detail="no such budget map: it was never made or newer ones replaced it; "
+                                        "upscale again with budget_map=true")
+    levels, k_max = kept
+    body = await asyncio.to_thread(levels_png, levels)
+    headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+    if k_max:
+        headers["X-Budget-Max"] = f"{k_max:g}"
+    return Response(content=body, media_type="image/png", headers=headers)
+
+
+@v1.get("/models", summary="Models offered, with scales, parameters and Set5 PSNR",
+        responses={401: _ERRORS[401]})
 def models(service: Annotated[Service, Depends(get_service)]) -> dict[str, Any]:
     hub = service.hub
     return {
@@ -315,16 +369,46 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=500, content={"detail": f"internal server error ({type(exc).__name__})"})
 
 
+# Timed at start-up on the warmed model: a square (one forward, mostly per-megapixel cost; ~0.1 s
+# for asa-base x2 on 2 idle cores) and a strip of thin tiles (mostly per-forward cost, ~0.15 s).
+CALIBRATION_SQUARE = 128
+CALIBRATION_STRIP = 2048
+
+
+def _calibrate(service: Service, engine: Any) -> None:
+    """The work model's rates on this machine, for this model: time two upscales."""
+    import numpy as np
+
+    from sr.io import DecodedImage
+
+    scale = min(engine.scales)
+    rng = np.random.default_rng(0)
+    timed = []
+    for h, w in ((CALIBRATION_SQUARE, CALIBRATION_SQUARE), (1, CALIBRATION_STRIP)):
+        sample = DecodedImage(pixels=rng.random((h, w, 3), dtype=np.float32), format="PNG", mode="RGB")
+        job = JobRequest(data=b"", scale=scale, outscale=None, width=None, height=None, fmt="png",
+                         quality=95, budget_map=False, max_pixels=h * w)
+        _, work = plan_work(engine, w, h, job)
+        start = time.perf_counter()
+        engine.upscale(sample, scale=scale)
+        timed.append((dataclasses.replace(work, io_mp=0.0), time.perf_counter() - start))
+    model = service.pool.model
+    model.calibrate(*timed)
+    log.info("work model: x%.2f the priors' seconds per megapixel, x%.2f per forward (%s)", model.mp_factor,
+             model.forward_factor, ", ".join(f"{w.forwards} forwards in {t:.2f} s" for w, t in timed))
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan protocol
         service = Service(settings=settings, hub=ModelHub(settings),
-                          pool=JobPool(settings.workers, settings.max_queue))
+                          pool=JobPool(settings.workers, settings.max_queue), budget_maps=BudgetMapStore())
         app.state.service = service
         # Load in the background so /healthz answers at once and /readyz says 503 until loaded.
-        threading.Thread(target=service.hub.load_default, name="sr-load", daemon=True).start()
+        threading.Thread(target=service.hub.load_default, args=(lambda up: _calibrate(service, up),),
+                         name="sr-load", daemon=True).start()
         try:
             yield
         finally:
@@ -336,7 +420,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="1",
         lifespan=lifespan,
         docs_url=None,   # served below from local assets: the default loads Swagger UI from a CDN
-        redoc_url=None,  # ReDoc has no offline bundle here; /docs covers the same
+        redoc_url=None,  # one viewer is enough: /docs
     )
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(Exception, _on_unexpected)
@@ -375,7 +459,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return FileResponse(STATIC_DIR / "favicon.png", media_type="image/png")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=DOCS_ASSETS_DIR), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
     def docs(request: Request) -> HTMLResponse:
@@ -384,7 +468,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - API docs",
             swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon-32x32.png",
+            swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
         )
 
     return app

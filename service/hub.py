@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +158,9 @@ class ModelHub:
         return Upscaler(model=source, device=s.device, tile=s.tile, weights_dir=s.weights_dir,
                         threads=s.threads, denoise=denoise)
 
-    def load_default(self) -> None:
-        """Build the default engine and run a tiny image through every scale (loads and warms them)."""
+    def load_default(self, calibrate: Callable[[Any], None] | None = None) -> None:
+        """Build the default engine and run a tiny image through every scale (loads and warms them);
+        then ``calibrate(engine)`` (with preload), before the hub says ready."""
         try:
             if self.default not in self.families():
                 raise UnknownModelError(
@@ -173,6 +175,8 @@ class ModelHub:
                                     icc_profile=None, format="PNG", mode="RGB")
                 for scale in up.scales:
                     up.upscale(tiny, scale=scale)
+                if calibrate is not None:
+                    calibrate(up)
             self.state = "ready"
             log.info("model %s ready on %s (scales %s)", self.default, up.device, up.scales)
         except Exception as e:  # noqa: BLE001 - any failure is reported by /readyz, not raised

@@ -10,9 +10,11 @@ pass), abandons the work there (:class:`sr.inference.UpscaleCancelled`). The slo
 worker reaches that point, within one forward, so the pool never holds more than
 ``workers + max_queue`` jobs, whatever the clients do. A job still waiting is dropped from the queue.
 
-``Retry-After`` is the time the admitted work needs to drain: each job declares its cost (work
-megapixels), and the pool keeps moving averages of seconds per megapixel and of the fixed cost per
-job, learnt from the jobs that completed.
+Time is predicted by one :class:`WorkModel` (issue 45): each job declares its :class:`Work` (network
+forwards, the megapixels its tiles output, the megapixels decoded and encoded); seconds are a
+per-item cost measured on this machine times a factor learnt from the jobs that completed. The same
+prediction refuses a job that cannot finish within the time limit (the app's 422) and gives
+``Retry-After``: the predicted time the admitted work needs to drain.
 """
 
 from __future__ import annotations
@@ -29,20 +31,28 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# Priors until jobs have been measured: asa-base x2 on 2 CPU cores makes ~0.8 output MP/s.
-PRIOR_SECONDS_PER_MP = 1.25
+# Rough per-item costs (asa-base x2 on 2 CPU cores: ~0.8 output MP/s idle; a 1-row tile's forward
+# took 5-30 ms depending on the load). They only set the units: the factors measured at start-up and
+# learnt from jobs (WorkModel) scale them to the model served and the machine's load. Measured with
+# the factors, 1x100000 and 1x200000 strips (202 and 404 forwards) were predicted 1.24 and 2.48 s
+# and took 1.02 and 1.93 s; 384x384 was predicted 0.82 s and took 0.87 s.
 PRIOR_SECONDS_PER_JOB = 0.05
-# Jobs smaller than this teach the per-job overhead; larger ones the seconds per megapixel.
-SMALL_JOB_MP = 0.25
+PRIOR_SECONDS_PER_FORWARD = 0.03
+PRIOR_SECONDS_PER_MP = 1.25       # per megapixel the network outputs, tile overlaps included
+PRIOR_SECONDS_PER_IO_MP = 0.1     # per megapixel decoded or encoded
 EMA_WEIGHT = 0.2
+FACTOR_RANGE = (0.02, 50.0)       # one odd job (a swapped-out page, a cold cache) moves it only so far
 MAX_RETRY_AFTER_S = 3600
 DISCONNECT_POLL_S = 0.25
 
 
 class QueueFullError(RuntimeError):
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"server busy: all workers and queue slots are taken; retry in {retry_after} s")
+    def __init__(self, retry_after: int, ahead: int | None = None) -> None:
+        jobs = f" by {ahead} jobs" if ahead is not None else ""
+        super().__init__(f"server busy: all workers and queue slots are taken{jobs}; retry in "
+                         f"{retry_after} s (the predicted time for them to finish)")
         self.retry_after = retry_after
+        self.ahead = ahead
 
 
 class JobTimeoutError(TimeoutError):
@@ -55,9 +65,82 @@ class ClientGoneError(ConnectionError):
     """The client disconnected while its job waited or ran; the job was told to stop."""
 
 
+@dataclass(frozen=True)
+class Work:
+    """What a job costs, in the units :class:`WorkModel` counts."""
+
+    forwards: int = 0         # network forwards: tiles x passes, x8 with tta
+    tiled_mp: float = 0.0     # megapixels the network outputs, over every tile as run (overlaps included)
+    io_mp: float = 0.0        # megapixels decoded and encoded
+
+
+class WorkModel:
+    """Seconds a job takes: per-item costs (the priors), each part times a factor measured here.
+
+    Three parts, three factors, because they do not move together: the fixed cost of a job (per
+    job, per decoded or encoded pixel), the network's cost per forward (what a thin image's many
+    tiles cost) and its cost per megapixel. The forward and megapixel factors are measured at
+    start-up (:meth:`calibrate`: a square image, then a strip of thin tiles); each completed job then
+    teaches the factor of the part that dominated its predicted time, and only that one. A job's
+    time is one number: split among the parts, it cannot tell them apart, and hundreds of small
+    jobs (mostly fixed cost) talked the megapixel factor down until a 67-megapixel job looked like
+    30 s (issue 45's soak: admitted, it ran to the limit).
+    """
+
+    def __init__(self) -> None:
+        self.fixed_factor = 1.0
+        self.forward_factor = 1.0
+        self.mp_factor = 1.0
+        self._seen = 0
+
+    @staticmethod
+    def parts(work: Work) -> tuple[float, float, float]:
+        """(fixed, per-forward, per-megapixel) seconds at the priors' rates."""
+        return (PRIOR_SECONDS_PER_JOB + PRIOR_SECONDS_PER_IO_MP * work.io_mp,
+                PRIOR_SECONDS_PER_FORWARD * work.forwards, PRIOR_SECONDS_PER_MP * work.tiled_mp)
+
+    def predict(self, work: Work) -> float:
+        fixed, forwards, per_mp = self.parts(work)
+        return self.fixed_factor * fixed + self.forward_factor * forwards + self.mp_factor * per_mp
+
+    def calibrate(self, square: tuple[Work, float], strip: tuple[Work, float]) -> None:
+        """Forward and megapixel factors from two timed network runs (no fixed cost: no HTTP, no
+        decode): ``square`` mostly megapixels, ``strip`` mostly forwards."""
+        (_, f1, m1), t1 = self.parts(square[0]), square[1]
+        (_, f2, m2), t2 = self.parts(strip[0]), strip[1]
+        det = m1 * f2 - m2 * f1
+        low, high = FACTOR_RANGE
+        if abs(det) < 1e-12:
+            return
+        mp = (t1 * f2 - t2 * f1) / det  # m1*mp + f1*fw = t1; m2*mp + f2*fw = t2
+        fw = (m1 * t2 - m2 * t1) / det
+        if mp <= 0 or fw <= 0:  # timing noise beyond what two runs can separate: one shared factor
+            mp = fw = (t1 + t2) / (f1 + m1 + f2 + m2)
+        self.mp_factor, self.forward_factor = min(max(mp, low), high), min(max(fw, low), high)
+        self.fixed_factor = self.mp_factor  # until jobs teach it: the same machine speed
+
+    def learn(self, work: Work, elapsed: float, weight: float = EMA_WEIGHT) -> None:
+        """Move the factor of the part that dominated this job's prediction towards what it measured.
+
+        The first jobs are averaged (weight 1/n), later ones a moving average: the priors are left
+        quickly, then one odd job moves a factor only by ``weight`` (in log space, so a job twice as
+        slow and one twice as fast cancel out).
+        """
+        low, high = FACTOR_RANGE
+        predicted = self.predict(work)
+        ratio = min(max(elapsed / predicted, low / 10), high * 10)
+        self._seen += 1
+        step = math.exp(max(weight, 1 / self._seen) * math.log(ratio))
+        fixed, forwards, per_mp = self.parts(work)
+        shares = {"fixed_factor": self.fixed_factor * fixed, "forward_factor": self.forward_factor * forwards,
+                  "mp_factor": self.mp_factor * per_mp}
+        name = max(shares, key=shares.__getitem__)
+        setattr(self, name, min(max(getattr(self, name) * step, low), high))
+
+
 @dataclass
 class _Job:
-    cost_mp: float
+    work: Work
     learn: bool = True            # whether its time teaches the estimates (upscales do, previews not)
     started: float | None = None  # perf_counter() when a worker took it
 
@@ -73,8 +156,7 @@ class JobPool:
         self._running = 0
         self._completed = 0
         self._cancelled = 0
-        self._seconds_per_mp = PRIOR_SECONDS_PER_MP
-        self._seconds_per_job = PRIOR_SECONDS_PER_JOB
+        self.model = WorkModel()
 
     @property
     def capacity(self) -> int:
@@ -88,40 +170,44 @@ class JobPool:
                 "cancelled": self._cancelled,
             }
 
-    def estimate(self, cost_mp: float) -> float:
-        """Seconds one job of ``cost_mp`` work megapixels is expected to run."""
-        return self._seconds_per_job + self._seconds_per_mp * cost_mp
+    def estimate(self, work: Work) -> float:
+        """Seconds one job of ``work`` is expected to run."""
+        return self.model.predict(work)
 
-    def retry_after(self) -> int:
-        """Seconds until the admitted work has drained: what is left of each job, over the workers."""
+    def drain_seconds(self) -> float:
+        """Predicted seconds until the admitted work has drained: what is left of each job, over the
+        workers (a running job that overran its prediction counts as about to end)."""
         now = time.perf_counter()
         with self._lock:
             left = 0.0
             for job in self._jobs.values():
-                expected = self.estimate(job.cost_mp)
+                expected = self.model.predict(job.work)
                 left += max(expected - (now - job.started), 0.0) if job.started is not None else expected
-        return min(MAX_RETRY_AFTER_S, max(1, math.ceil(left / self.workers)))
+        return left / self.workers
+
+    def retry_after(self) -> int:
+        return min(MAX_RETRY_AFTER_S, max(1, math.ceil(self.drain_seconds())))
 
     async def run(
-        self, fn: Callable[..., T], *args: Any, timeout: float, cost_mp: float = 0.0,
+        self, fn: Callable[..., T], *args: Any, timeout: float, work: Work | None = None,
         stop: threading.Event | None = None, disconnected: Callable[[], Awaitable[bool]] | None = None,
         learn: bool = True,
     ) -> T:
         """Run ``fn(*args)`` in a worker thread and await it, within ``timeout`` seconds.
 
         ``stop`` is set when the request gives up (timeout, ``disconnected()`` returned True, or this
-        coroutine was cancelled); ``fn`` should poll it and return early. ``learn=False``: a job
-        unlike an upscale, whose time must not change the estimates.
+        coroutine was cancelled); ``fn`` should poll it and return early. ``work``: what the job
+        costs, for Retry-After and learning. ``learn=False``: a job whose time must not teach the model.
         """
         stop = stop if stop is not None else threading.Event()
-        job = _Job(max(float(cost_mp), 0.0), learn)
+        job = _Job(work or Work(), learn)
         with self._lock:
             full = len(self._jobs) >= self.capacity
             if not full:
                 job_id = next(self._ids)
                 self._jobs[job_id] = job
         if full:
-            raise QueueFullError(self.retry_after())
+            raise QueueFullError(self.retry_after(), self.capacity)
         try:
             future = self._executor.submit(self._call, job, stop, fn, args)
         except RuntimeError:  # executor shut down (server stopping)
@@ -171,18 +257,11 @@ class JobPool:
                 if ok:
                     self._completed += 1
                     if job.learn:
-                        self._learn(job.cost_mp, elapsed)
+                        self.model.learn(job.work, elapsed)
                 elif stop.is_set():
                     self._cancelled += 1
                 else:
                     self._completed += 1  # failed on its input: no measure of the work
-
-    def _learn(self, cost_mp: float, elapsed: float) -> None:
-        if cost_mp < SMALL_JOB_MP:
-            self._seconds_per_job += EMA_WEIGHT * (elapsed - self._seconds_per_job)
-        else:
-            rate = max(elapsed - self._seconds_per_job, 0.0) / cost_mp
-            self._seconds_per_mp += EMA_WEIGHT * (rate - self._seconds_per_mp)
 
     def _release(self, job_id: int) -> None:
         with self._lock:

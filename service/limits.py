@@ -7,6 +7,10 @@ a spool file; the connection is then closed. A body that stops arriving gets 408
 
 :class:`ApiKeyMiddleware`: FastAPI parses a form body before it runs dependencies, so without this
 a client with no key could still make the server take in a whole upload before its 401.
+
+:func:`header_timeout_protocol`: the body guard starts only once a request's head has arrived; before
+that, uvicorn keeps a connection that sends part of its headers open forever. This is uvicorn's own
+h11 protocol with a deadline on the request head (request line and headers).
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+from typing import Any
 
+import h11
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
@@ -154,3 +161,49 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+class _HeaderTimeoutProtocol(H11Protocol):
+    """uvicorn's h11 protocol; a request head not complete within ``header_timeout`` seconds of its
+    first byte (or of the connection, for one that sends nothing) gets 408 and the connection closed."""
+
+    header_timeout: float = 10.0
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(self.header_timeout,
+                                                                            self._head_timed_out)
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_timer is None and self.conn.their_state is h11.IDLE:  # a new request begins
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+        super().data_received(data)
+
+    def on_response_complete(self) -> None:
+        self._cancel_head_timer()  # the next request on this connection gets its own deadline
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
+            return  # the head arrived: the body has its own guard (BodyLimitMiddleware)
+        body = json.dumps({"detail": f"request headers incomplete after {self.header_timeout:g} s "
+                                     "(the server's header timeout)"}).encode()
+        # Written raw: h11 will not send a response to a request it has not seen.
+        self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                             b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        self.transport.close()
+
+
+def header_timeout_protocol(seconds: float) -> type[H11Protocol]:
+    """The protocol class to give uvicorn (``Config(http=...)``) for a ``seconds`` head deadline."""
+    return type("HeaderTimeoutProtocol", (_HeaderTimeoutProtocol,), {"header_timeout": seconds})

@@ -9,7 +9,10 @@ from __future__ import annotations
 import io
 import math
 import re
+import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -17,7 +20,10 @@ from typing import Any
 
 from fastapi import HTTPException
 
+from sr.inference.tiling import plan_axis
 from sr.io import FORMATS, format_for, signatures, writable_format_for
+
+from .jobs import Work
 
 
 def request_formats() -> tuple[str, ...]:
@@ -59,6 +65,7 @@ class JobRequest:
     budget_k_max: float | None = None  # heat-map scale: the model's k_max, so maps compare across images
     max_output_pixels: int | None = None
     max_work_pixels: int | None = None
+    keep_budget_map: bool = False  # also return the budget map's colour levels with the image
     should_stop: Callable[[], bool] | None = None  # polled between stages and by the engine
     submitted: float = field(default_factory=time.perf_counter)
 
@@ -72,6 +79,7 @@ class JobResult:
     size: tuple[int, int]     # output (width, height)
     timings_ms: dict[str, float]
     choice: str = ""          # model "auto": what it chose and why, e.g. "auto: photo (JPEG, quality ~72)"
+    budget_levels: Any = None  # keep_budget_map: uint8 (H, W) heat-map levels (sr.inference.budget_levels)
 
 
 def run_job(engine: Any, req: JobRequest) -> JobResult:
@@ -86,8 +94,8 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
     t1 = time.perf_counter()
     # source: the upload's bytes, from which model "auto" tells lossy from lossless
     res = engine.upscale(img, scale=req.scale, outscale=req.outscale, width=req.width, height=req.height,
-                         with_budget_map=req.budget_map, tta=req.tta, should_stop=req.should_stop,
-                         source=req.data)
+                         with_budget_map=req.budget_map or req.keep_budget_map, tta=req.tta,
+                         should_stop=req.should_stop, source=req.data)
     _check_stop(req)
     t2 = time.perf_counter()
     if req.budget_map:
@@ -98,10 +106,15 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
         fmt = output_format(req.fmt, img.format)
         body = encode_image(res.image, format=fmt, quality=req.quality)
     t3 = time.perf_counter()
+    levels = None
+    if req.keep_budget_map and not req.budget_map and res.budget_map is not None:
+        from sr.inference.heatmap import budget_levels
+
+        levels = budget_levels(res.budget_map, req.budget_k_max)
     out = res.image
     return JobResult(
         body=body, fmt=fmt, model=res.model, scale=res.scale, size=(out.width, out.height),
-        choice=res.choice.describe() if res.choice is not None else "",
+        choice=res.choice.describe() if res.choice is not None else "", budget_levels=levels,
         timings_ms={"queue": (t0 - req.submitted) * 1e3, "decode": (t1 - t0) * 1e3,
                     "upscale": (t2 - t1) * 1e3, "encode": (t3 - t2) * 1e3},
     )
@@ -123,29 +136,55 @@ def _check_stop(req: JobRequest) -> None:
         raise JobStopped("job stopped: the request gave up")
 
 
-def plan_work(engine: Any, width: int, height: int, req: JobRequest) -> tuple[tuple[int, int], int]:
-    """((out_w, out_h), work pixels) of ``req`` on a width x height input, without doing any work.
+def plan_work(engine: Any, width: int, height: int, req: JobRequest) -> tuple[tuple[int, int], Work]:
+    """((out_w, out_h), the job's :class:`Work`) for ``req`` on a width x height input, without doing
+    any work.
 
-    Work is the pixels the network produces, summed over its passes (a pass on a bigger image costs
-    more), times 8 with tta. Raises :class:`WorkLimitError` over the request's limits, and
-    ``UpscaleError`` for arguments the engine refuses.
+    The limit is on work pixels: the pixels the network produces, summed over its passes (a pass on
+    a bigger image costs more), times 8 with tta. Raises :class:`WorkLimitError` over the request's
+    limits, and ``UpscaleError`` for arguments the engine refuses.
     """
     (out_h, out_w), passes = engine.plan(height, width, req.scale, req.outscale, req.width, req.height)
-    work = sum(height * width * math.prod(passes[: i + 1]) ** 2 for i in range(len(passes)))
-    work *= 8 if req.tta else 1
+    views = 8 if req.tta else 1
+    pixels = views * sum(height * width * math.prod(passes[: i + 1]) ** 2 for i in range(len(passes)))
     asked = f"{out_w}x{out_h} output"
     if req.max_output_pixels is not None and out_w * out_h > req.max_output_pixels:
         raise WorkLimitError(
             f"{asked} is {out_w * out_h / 1e6:.1f} megapixels, over this server's limit of "
             f"{req.max_output_pixels / 1e6:.1f} (SR_MAX_OUTPUT_PIXELS); ask for a smaller scale, outscale, "
             "width or height")
-    if req.max_work_pixels is not None and work > req.max_work_pixels:
+    if req.max_work_pixels is not None and pixels > req.max_work_pixels:
         how = f"passes x{' x'.join(map(str, passes))}" + (", x8 for tta" if req.tta else "")
         raise WorkLimitError(
-            f"{asked} needs {work / 1e6:.1f} megapixels of network work ({how}), over this server's "
+            f"{asked} needs {pixels / 1e6:.1f} megapixels of network work ({how}), over this server's "
             f"limit of {req.max_work_pixels / 1e6:.1f} (SR_MAX_WORK_PIXELS); ask for a smaller output"
             + (" or turn tta off" if req.tta else ""))
+    forwards, tiled = 0, 0
+    h, w = height, width
+    for s in passes:
+        n, covered = _tiles(engine, h, w)
+        forwards, tiled = forwards + n, tiled + covered * s * s
+        h, w = h * s, w * s
+    work = Work(forwards=forwards * views, tiled_mp=tiled * views / 1e6,
+                io_mp=(width * height + out_w * out_h) / 1e6)
     return (out_w, out_h), work
+
+
+# The engine's "auto" tile depends on free memory at run time; for prediction, its usual CPU size.
+AUTO_TILE_GUESS = 1024
+
+
+def _tiles(engine: Any, h: int, w: int) -> tuple[int, int]:
+    """(tiles, input pixels over all tiles) of one h x w pass: a thin image is many small tiles, each
+    a whole network forward, and overlaps are computed twice."""
+    tile = getattr(engine, "tile", None)
+    size = AUTO_TILE_GUESS if isinstance(tile, str) else (tile or None)
+    overlap = getattr(engine, "tile_overlap", 0)
+    try:
+        rows, cols = plan_axis(h, size, overlap), plan_axis(w, size, overlap)
+    except ValueError:  # a tile too small for the overlap: the engine refuses such jobs itself
+        return 1, h * w
+    return len(rows) * len(cols), sum(b - a for a, b in rows) * sum(b - a for a, b in cols)
 
 
 def output_format(requested: str, source: str | None) -> str:
@@ -157,6 +196,45 @@ def output_format(requested: str, source: str | None) -> str:
     if row is None:
         raise KeyError(requested)
     return row.user_name
+
+
+class BudgetMapStore:
+    """The budget maps of recent results, as heat-map levels (1 byte per input pixel), so that the
+    page shows a result's map without a second upscale (issue 45). Bounded in bytes; the oldest go
+    first; ids are unguessable, and the routes that use them need the API key anyway."""
+
+    def __init__(self, max_bytes: int = 64 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self._maps: OrderedDict[str, tuple[Any, float | None]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def put(self, levels: Any, k_max: float | None) -> str | None:
+        if levels.nbytes > self.max_bytes:
+            return None
+        key = secrets.token_urlsafe(16)
+        with self._lock:
+            self._maps[key] = (levels, k_max)
+            self._bytes += levels.nbytes
+            while self._bytes > self.max_bytes:
+                _, (old, _) = self._maps.popitem(last=False)
+                self._bytes -= old.nbytes
+        return key
+
+    def get(self, key: str) -> tuple[Any, float | None] | None:
+        with self._lock:
+            return self._maps.get(key)
+
+
+def levels_png(levels: Any) -> bytes:
+    """The heat-map PNG of kept levels: the same pixels as :func:`heatmap_png` of the map."""
+    from PIL import Image
+
+    from sr.inference.heatmap import LUT
+
+    buf = io.BytesIO()
+    Image.fromarray(LUT[levels], "RGB").save(buf, format="PNG")
+    return buf.getvalue()
 
 
 def heatmap_png(budget_map: Any, k_max: float | None = None) -> bytes:
@@ -194,6 +272,7 @@ def http_error(exc: BaseException, data: bytes) -> HTTPException | None:
     from sr.inference import UpscaleError
     from sr.io import (
         AnimatedImageError,
+        DecodeLimitError,
         ImageDecodeError,
         ImageEncodeError,
         ImageError,
@@ -213,6 +292,8 @@ def http_error(exc: BaseException, data: bytes) -> HTTPException | None:
             reason = "its header is damaged" if exc.reason.startswith("not an image") else exc.reason
             return HTTPException(400, detail=f"corrupt or truncated image: {reason}")
         return HTTPException(415, detail=f"not a supported image file: {exc}")
+    if isinstance(exc, DecodeLimitError):  # decodable in principle, but at an unbounded cost
+        return HTTPException(422, detail=f"image refused before decoding: {exc}")
     if isinstance(exc, ImageEncodeError):  # e.g. the output is too large for JPEG/WebP
         return HTTPException(422, detail=str(exc))
     if isinstance(exc, ImageError):

@@ -44,6 +44,7 @@ class Settings:
     # Work per request: pixels the network produces, summed over its passes, x8 with tta.
     max_work_pixels: int = 128 * 2**20
     body_timeout_s: float = 30.0              # longest pause while an upload is read -> 408
+    header_timeout_s: float = 10.0            # longest a request's headers may take to arrive -> 408
 
     def __post_init__(self) -> None:
         checks = [
@@ -56,14 +57,13 @@ class Settings:
             (self.max_output_pixels >= 1, f"max output pixels must be >= 1, got {self.max_output_pixels}"),
             (self.max_work_pixels >= 1, f"max work pixels must be >= 1, got {self.max_work_pixels}"),
             (self.body_timeout_s > 0, f"body timeout must be > 0 seconds, got {self.body_timeout_s}"),
+            (self.header_timeout_s > 0, f"header timeout must be > 0 seconds, got {self.header_timeout_s}"),
             (bool(self.model), "model must not be empty"),
         ]
         for ok, message in checks:
             if not ok:
                 raise SettingsError(message)
-        if self.api_key == "":
-            object.__setattr__(self, "api_key", None)
-        if self.api_key is not None:
+        if self.api_key is not None:  # set, even to "": someone meant to require a key
             check_api_key(self.api_key)
 
     @property
@@ -81,26 +81,40 @@ class Settings:
         values: dict[str, object] = {}
         for name, (var, parse) in ENV.items():
             raw = env.get(var)
-            if raw is None or raw.strip() == "":
+            if raw is None or (raw.strip() == "" and name not in KEEP_BLANK):
                 continue
             try:
-                values[name] = parse(raw.strip())
+                values[name] = parse(raw if name in KEEP_BLANK else raw.strip())
             except ValueError as e:
                 raise SettingsError(f"{var}={raw!r}: {e}") from None
         return cls(**values)  # type: ignore[arg-type]
 
 
-def check_api_key(key: str) -> None:
-    """Refuse a key no client can send reliably.
+# Variables taken as given: a blank or padded API key is refused, not quietly read as unset or
+# trimmed (a whitespace-only SR_API_KEY used to turn authentication off, issue 45).
+KEEP_BLANK = frozenset({"api_key"})
 
-    A header value is bytes: clients encode non-ASCII text differently (UTF-8, Latin-1, or not at
-    all), and servers strip surrounding blanks, so such a key would lock everyone out.
+
+def check_api_key(key: str) -> None:
+    """Refuse a key that is empty or that no client can send reliably.
+
+    An empty or blank key is a mistake (an unset variable in a template), never "no key": it would
+    otherwise turn authentication off. A header value is bytes: clients encode non-ASCII text
+    differently (UTF-8, Latin-1, or not at all), and servers strip surrounding blanks, so such a key
+    would lock everyone out.
     """
+    if not key.strip():
+        raise SettingsError("API key must not be empty or blank; leave it unset to run without a key")
     if not all(32 <= ord(c) <= 126 for c in key):
         raise SettingsError("API key must be printable ASCII (letters, digits, punctuation): HTTP headers "
                             "carry bytes, and clients encode other characters differently")
     if key != key.strip():
         raise SettingsError("API key must not start or end with a space: servers strip them from headers")
+
+
+def _api_key(raw: str) -> str:
+    check_api_key(raw)  # here too, so that the message names the variable
+    return raw
 
 
 def _int(raw: str) -> int:
@@ -140,7 +154,7 @@ ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "max_upload_bytes": ("SR_MAX_UPLOAD_BYTES", _int),
     "max_pixels": ("SR_MAX_PIXELS", _int),
     "timeout_s": ("SR_TIMEOUT_S", float),
-    "api_key": ("SR_API_KEY", str),
+    "api_key": ("SR_API_KEY", _api_key),
     "cors_origins": ("SR_CORS_ORIGINS", parse_origins),
     "weights_dir": ("SR_WEIGHTS_DIR", Path),
     "threads": ("SR_THREADS", _int),
@@ -149,4 +163,5 @@ ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "max_output_pixels": ("SR_MAX_OUTPUT_PIXELS", _int),
     "max_work_pixels": ("SR_MAX_WORK_PIXELS", _int),
     "body_timeout_s": ("SR_BODY_TIMEOUT_S", float),
+    "header_timeout_s": ("SR_HEADER_TIMEOUT_S", float),
 }

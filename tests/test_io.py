@@ -29,6 +29,7 @@ from sr.io import (
     format_from_path,
     normalize_format,
     read_image,
+    read_size,
     suffix_for,
     write_image,
 )
@@ -848,3 +849,94 @@ def test_a_new_format_is_one_row(tmp_path, monkeypatch):
     assert sr.service.pipeline.mime_types()["tga"] == "image/x-tga"
     assert sr.service.pipeline.output_format("same", "TGA") == "tga"
     assert sr.service.pipeline.looks_like_image((tmp_path / "a.tga").read_bytes())
+# ------------------------------------------------------------------------------ decode-cost limits
+
+
+def test_progressive_jpeg_scan_bomb_is_refused_from_its_structure():
+    from sr.bench.serve import scan_bomb_jpeg
+    from sr.io import MAX_JPEG_SCANS, DecodeLimitError, check_decode_cost
+
+    bomb = scan_bomb_jpeg(512, 3000)
+    with pytest.raises(DecodeLimitError, match=f"over {MAX_JPEG_SCANS} scans"):
+        read_size(bomb)
+    with pytest.raises(DecodeLimitError):
+        read_image(bomb)
+    check_decode_cost(scan_bomb_jpeg(512, 20))  # a few extra scans: still a plausible file
+    assert read_image(save(Image.new("L", (64, 48), 90), "JPEG", progressive=True)).width == 64
+
+
+def test_jpeg_whose_data_cannot_fill_its_declared_size_is_truncated():
+    big = save(Image.new("L", (64, 64), 90), "JPEG")
+    sof = big.index(b"\xff\xc0")
+    forged = big[: sof + 5] + struct.pack(">HH", 4000, 4000) + big[sof + 9 :]  # claims 4000x4000
+    with pytest.raises(ImageDecodeError, match="truncated JPEG"):
+        read_size(forged)
+
+
+def test_png_with_repeated_or_inflating_metadata_is_refused():
+    from sr.bench.serve import iccp_bomb_png
+    from sr.io import MAX_PNG_METADATA, DecodeLimitError
+
+    assert read_image(iccp_bomb_png(1, 2**20)).width == 16  # one profile is fine (here not a valid one)
+    with pytest.raises(DecodeLimitError, match="more than one ICC profile"):
+        read_size(iccp_bomb_png(1200, 2**20))
+    text = zlib.compress(bytes(MAX_PNG_METADATA // 4))
+    chunk = b"zTXtkey\x00\x00" + text
+    ztxt = struct.pack(">I", len(chunk) - 4) + chunk + struct.pack(">I", zlib.crc32(chunk))
+    png = save(Image.new("RGB", (8, 8)), "PNG")
+    with pytest.raises(DecodeLimitError, match="inflates to over"):
+        read_image(png[:33] + ztxt * 5 + png[33:])
+    read_image(png[:33] + ztxt + png[33:])  # under the bound
+
+
+def test_a_header_read_does_not_wait_for_another_threads_decode():
+    import threading
+    import warnings
+
+    from sr.io import _quiet_pillow
+
+    filters = list(warnings.filters)
+    inside, release, sizes = threading.Event(), threading.Event(), []
+
+    def long_decode() -> None:  # holds Pillow's settings as a slow decode would
+        with _quiet_pillow():
+            inside.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=long_decode)
+    holder.start()
+    assert inside.wait(5)
+    reader = threading.Thread(target=lambda: sizes.append(read_size(save(Image.new("RGB", (5, 3)), "PNG"))))
+    reader.start()
+    reader.join(5)
+    done = not reader.is_alive()
+    release.set()
+    holder.join(5)
+    assert done and sizes == [(5, 3)]
+    assert warnings.filters == filters  # restored once the last user left
+
+
+def test_read_size_of_a_png_reads_no_pixel_data():
+    # Pillow's PNG getexif() decodes the whole image: read_size must not call it (issue 45).
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90: the size read is (height, width)
+    png = bytearray(save(Image.new("RGB", (50, 30), (9, 99, 199)), "PNG", exif=exif))
+    idat = png.index(b"IDAT")
+    png[idat + 6 : idat + 12] = b"\xff" * 6  # the pixel data no longer inflates
+    assert read_size(bytes(png)) == (30, 50)
+    with pytest.raises(ImageDecodeError):
+        read_image(bytes(png))
+
+
+def test_multi_page_tiff_is_refused_from_its_directory_chain():
+    from sr.io import check_decode_cost
+
+    first, *rest = frames(5)
+    data = save(first, "TIFF", save_all=True, append_images=rest)
+    with pytest.raises(AnimatedImageError, match="TIFF image with 5 frames"):
+        check_decode_cost(data)  # no Pillow: the chain of directories alone
+    check_decode_cost(save(first, "TIFF"))  # one page
+    for order in ("<", ">"):  # a directory that points back to itself: one page, no endless loop
+        looped = (b"II*\x00" if order == "<" else b"MM\x00*") + struct.pack(order + "IH", 8, 0) \
+            + struct.pack(order + "I", 8)
+        check_decode_cost(looped)

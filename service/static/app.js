@@ -5,9 +5,11 @@
 const $ = (id) => document.getElementById(id);
 const state = {
   file: null,         // the chosen File
+  fileError: "",      // why the server refused the chosen file already (its preview), or ""
   beforeUrl: null,    // object URL of the original
   afterUrl: null,     // object URL of the result
   budgetUrl: null,    // object URL of the budget heat map for the current result
+  budgetId: null,     // X-Budget-Map-Id of the current result: its map, kept by the server
   request: null,      // the form fields that produced the current result
   families: [],       // [{name, scales, default, denoise, description?}]
   models: [],         // catalogue entries
@@ -43,7 +45,7 @@ function detailText(status, body) {
 function setBusy(busy, text) {
   state.busy = busy;
   $("main").setAttribute("aria-busy", busy ? "true" : "false");
-  $("upscale").disabled = busy || !state.file || !state.families.length;
+  $("upscale").disabled = busy || !state.file || !state.families.length || Boolean(state.fileError);
   $("budget-toggle").disabled = busy;
   if (text !== undefined) $("status").textContent = text;
   if (busy) $("progress-row").hidden = false;
@@ -59,6 +61,8 @@ function updateHint() {
       : "Loading the model list…";
   } else if (!state.file) {
     hint = "Choose an image to upscale.";
+  } else if (state.fileError) {
+    hint = "The server cannot read this file (see the error): choose another image.";
   }
   $("hint").textContent = hint;
 }
@@ -170,6 +174,7 @@ function formatBytes(n) {
 function chooseFile(file) {
   if (!file) return;
   state.file = file;
+  state.fileError = "";
   if (state.beforeUrl) URL.revokeObjectURL(state.beforeUrl);
   state.beforeUrl = URL.createObjectURL(file);
   state.beforeNote = "";
@@ -205,6 +210,12 @@ async function loadPreview(file) {
     state.beforeNote = "The original cannot be shown in the browser"
       + (res ? ` (${detailText(res.status, text)})` : "") + ": only the result is displayed.";
     if (res && res.status !== 401) showError(detailText(res.status, text));
+    // The server refused the file itself (not the key, not a busy or failing server): the same
+    // upload would be refused again, so Upscale stays off until another file is chosen.
+    if (res && res.status >= 400 && res.status < 500 && ![401, 408, 429].includes(res.status)) {
+      state.fileError = detailText(res.status, text);
+      setBusy(false);
+    }
     return;
   }
   const blob = await res.blob();
@@ -220,7 +231,8 @@ async function loadPreview(file) {
 // --- upscale ----------------------------------------------------------------------------------
 function currentFields() {
   const fields = { model: $("model").value, scale: $("scale").value, format: $("format").value,
-                   quality: $("quality").value, tta: $("tta").checked ? "true" : "false" };
+                   quality: $("quality").value, tta: $("tta").checked ? "true" : "false",
+                   keep_budget_map: "true" };  // the overlay then needs no second upscale
   if (!$("denoise").disabled) fields.denoise = $("denoise").value;
   return fields;
 }
@@ -283,6 +295,7 @@ async function upscale() {
     if (state.budgetUrl) URL.revokeObjectURL(state.budgetUrl);
     state.afterUrl = URL.createObjectURL(blob);
     state.budgetUrl = null;
+    state.budgetId = xhr.getResponseHeader("X-Budget-Map-Id");
     state.request = fields;
     await showResult(xhr, blob);
     setBusy(false, `Done: ${timingText(xhr)}`);
@@ -347,6 +360,7 @@ function setView(actual) {
   compare.classList.toggle("actual", actual);
   compare.style.width = actual ? `${$("after").naturalWidth}px` : "";
   $("view-toggle").setAttribute("aria-pressed", actual ? "true" : "false");
+  $("view-fit").setAttribute("aria-pressed", actual ? "false" : "true");
 }
 
 // Drag anywhere on the image to move the divider.
@@ -381,6 +395,17 @@ function moveLoupe(e) {
   loupe.hidden = false;
 }
 
+// The current result's budget map: the one the server kept with it, else (dropped for newer ones,
+// or an older server) a second upscale that returns the map.
+async function budgetMap() {
+  if (state.budgetId) {
+    const res = await fetch(`/v1/budget-maps/${encodeURIComponent(state.budgetId)}`, { headers: apiHeaders() });
+    if (res.ok) return { blob: await res.blob(), max: res.headers.get("X-Budget-Max") };
+  }
+  const { blob, xhr } = await post(state.request, { budget_map: "true", format: "png" });
+  return { blob, max: xhr.getResponseHeader("X-Budget-Max") };
+}
+
 async function toggleBudget() {
   const on = $("budget-toggle").checked;
   if (!on) { $("budget").hidden = true; $("legend").hidden = true; return; }
@@ -388,9 +413,9 @@ async function toggleBudget() {
     showError("");
     setBusy(true, "Computing the attention budget map…");
     try {
-      const { blob, xhr } = await post(state.request, { budget_map: "true", format: "png" });
+      const { blob, max } = await budgetMap();
       state.budgetUrl = URL.createObjectURL(blob);
-      state.budgetMax = xhr.getResponseHeader("X-Budget-Max") || "max";
+      state.budgetMax = max || "max";
       setBusy(false, "Attention budget map shown.");
       $("progress").value = 100;
     } catch (err) {
@@ -425,7 +450,11 @@ function init() {
   $("upscale").addEventListener("click", upscale);
   $("slider").addEventListener("input", (e) => setSlider(Number(e.target.value)));
   $("budget-toggle").addEventListener("change", toggleBudget);
-  $("view-toggle").addEventListener("click", () => setView(!state.actual));
+  $("view-toggle").addEventListener("click", () => setView(true));
+  $("view-fit").addEventListener("click", () => setView(false));
+  $("before-mode").addEventListener("change", (e) => {
+    $("compare").classList.toggle("before-pixels", e.target.value === "pixels");
+  });
   $("loupe-toggle").addEventListener("change", () => { $("loupe").hidden = true; });
   const compare = $("compare");
   compare.addEventListener("pointerdown", (e) => {

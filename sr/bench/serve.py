@@ -9,6 +9,11 @@ The server runs with its own defaults (queue included) unless ``--queue`` says o
 ``--retry`` the clients behave as a well-mannered client should: on a 503 they wait the
 ``Retry-After`` seconds and try again, so the report shows the throughput and latency (waits
 included) that such a client sees; without it, each 503 is final.
+
+``--soak MINUTES`` runs for that long instead of a number of requests, and adds hostile requests to
+the mix (decode bombs, a job predicted to overrun the time limit, a thin strip, a forged JPEG,
+an oversized declared body, connections that stall in their headers or body); its report gives
+the 5xx count and the server's RSS at the start, the middle and the end.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import itertools
 import json
 import os
 import socket
@@ -26,6 +32,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +42,10 @@ from ..errors import CLIError
 
 MAX_REQUESTS = 10_000
 MAX_CONCURRENCY = 64
+MAX_SOAK_MINUTES = 120
+# The soak's server: a shorter time limit and header/body timeouts, so that hostile requests are
+# answered within seconds and a mis-predicted job shows as a 504 instead of a long stall.
+SOAK_SERVER_ENV = {"SR_TIMEOUT_S": "30", "SR_HEADER_TIMEOUT_S": "5", "SR_BODY_TIMEOUT_S": "5"}
 HOST = "127.0.0.1"  # loopback only, by design
 
 
@@ -56,6 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="resends per request with --retry (default 20)")
     p.add_argument("--threads", type=int, default=None, help="server torch threads")
     p.add_argument("--max-seconds", type=float, default=600, help="stop sending after this (default 600)")
+    p.add_argument("--soak", type=float, default=None, metavar="MINUTES",
+                   help=f"run for MINUTES (max {MAX_SOAK_MINUTES}) with hostile requests in the mix, instead "
+                        "of --requests; reports 5xx and RSS at start, middle and end")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
@@ -73,6 +88,33 @@ def _image_bytes(size: int, fmt: str, seed: int) -> bytes:
     return buf.getvalue()
 
 
+def scan_bomb_jpeg(side: int = 4096, repeats: int = 3000) -> bytes:
+    """A side x side grey progressive JPEG whose last scan is repeated ``repeats`` more times before
+    EOI: each repeat is a few dozen bytes but a full pass over the image for a decoder."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (side, side), 128).save(buf, format="JPEG", progressive=True, quality=75)
+    data = buf.getvalue()
+    last_scan = data[data.rindex(b"\xff\xda"):-2]  # up to EOI
+    return data[:-2] + last_scan * repeats + b"\xff\xd9"
+
+
+def iccp_bomb_png(chunks: int = 1200, inflated: int = 16 * 2**20) -> bytes:
+    """A 16x16 PNG with ``chunks`` iCCP chunks, each inflating to ``inflated`` bytes."""
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 16), (90, 120, 150)).save(buf, format="PNG")
+    png = buf.getvalue()
+    body = b"bomb\x00\x00" + zlib.compress(bytes(inflated), 9)
+    chunk = struct.pack(">I", len(body)) + b"iCCP" + body + struct.pack(">I", zlib.crc32(b"iCCP" + body))
+    return png[:33] + chunk * chunks + png[33:]  # after the signature and IHDR
+
+
 def payloads(size: int) -> dict[str, tuple[str, bytes, dict[str, str], int]]:
     """kind -> (file name, bytes, form fields, expected status)."""
     png, jpg = _image_bytes(size, "PNG", 1), _image_bytes(size, "JPEG", 2)
@@ -85,6 +127,54 @@ def payloads(size: int) -> dict[str, tuple[str, bytes, dict[str, str], int]]:
         "bad-scale": ("bench.png", png, {"scale": "7"}, 422),
         "bad-model": ("bench.png", png, {"model": "no-such-model"}, 422),
     }
+
+
+def hostile_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int]]:
+    """kind -> (file name, bytes, form fields, expected status): requests that cost little to send
+    and would buy long work or hold a connection without the guards of issues 30 and 45."""
+    from PIL import Image
+
+    def png(w: int, h: int) -> bytes:
+        buf = io.BytesIO()
+        Image.new("RGB", (w, h), (90, 120, 150)).save(buf, format="PNG")  # a few KB whatever the size
+        return buf.getvalue()
+
+    small_jpeg = _image_bytes(64, "JPEG", 3)
+    sof = small_jpeg.index(b"\xff\xc0")
+    forged = small_jpeg[: sof + 5] + (4000).to_bytes(2, "big") * 2 + small_jpeg[sof + 9 :]  # claims 4000x4000
+    return {
+        "scan-bomb": ("bomb.jpg", scan_bomb_jpeg(4096, 3000), {}, 422),
+        "icc-bomb": ("bomb.png", iccp_bomb_png(300), {}, 422),
+        "pixel-bomb": ("big.png", png(4096, 4096), {}, 422),        # 58 KB, 67 MP of output
+        "overrun": ("tta.png", png(2048, 2048), {"tta": "true"}, 422),  # at the work limit, ~10 min
+        "strip": ("strip.png", png(2_000_000, 1), {}, 422),          # ~4000 tiles
+        "forged-jpeg": ("forged.jpg", forged, {}, 400),
+    }
+
+
+# Requests sent on a raw socket: (bytes to send, then wait for the answer), expected status.
+_MULTIPART_HEAD = ("POST /v1/upscale HTTP/1.1\r\nHost: bench\r\nContent-Type: multipart/form-data; "
+                   "boundary=b\r\nContent-Length: {length}\r\n\r\n")
+RAW_REQUESTS: dict[str, tuple[bytes, int]] = {
+    "head-stall": (b"POST /v1/upscale HTTP/1.1\r\nHost: bench\r\nContent-Ty", 408),
+    "body-stall": (_MULTIPART_HEAD.format(length=50_000).encode() + b"--b\r\nContent-Disposition: form-data; "
+                   b'name="file"; filename="a.png"\r\n\r\n\x89PNG', 408),
+    "oversized": (_MULTIPART_HEAD.format(length=10**10).encode(), 413),
+}
+
+
+HOSTILE_KINDS = ("scan-bomb", "icc-bomb", "pixel-bomb", "overrun", "strip", "forged-jpeg", *RAW_REQUESTS)
+
+
+def soak_kinds() -> list[str]:
+    """One cycle of the soak's mix: 36 valid or bad requests (20 % bad) with the 9 hostile kinds
+    interleaved, one after every fourth."""
+    out: list[str] = []
+    for i, kind in enumerate(schedule(4 * len(HOSTILE_KINDS), 0.2)):
+        out.append(kind)
+        if i % 4 == 3:
+            out.append(HOSTILE_KINDS[i // 4])
+    return out
 
 
 def schedule(n: int, invalid: float) -> list[str]:
@@ -135,6 +225,7 @@ class RssSampler(threading.Thread):
     def __init__(self, pid: int, every: float = 0.1) -> None:
         super().__init__(daemon=True)
         self.pid, self.every, self.samples = pid, every, []
+        self.times: list[float] = []  # monotonic time of each sample
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -142,6 +233,7 @@ class RssSampler(threading.Thread):
             rss = rss_bytes(self.pid)
             if rss is not None:
                 self.samples.append(rss)
+                self.times.append(time.monotonic())
             self._halt.wait(self.every)
 
     def stop(self) -> list[int]:
@@ -151,7 +243,7 @@ class RssSampler(threading.Thread):
 
 
 def start_server(args: argparse.Namespace, weights_dir: str | None, model: str, port: int,
-                 log: io.TextIOBase) -> subprocess.Popen:
+                 log: io.TextIOBase, env: dict[str, str] | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "sr", "serve", "--host", HOST, "--port", str(port), "--model", model,
            "--device", args.device, "--workers", str(args.workers), "--log-level", "warning"]
     if args.queue is not None:
@@ -160,7 +252,8 @@ def start_server(args: argparse.Namespace, weights_dir: str | None, model: str, 
         cmd += ["--weights-dir", weights_dir]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})
 
 
 def wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> None:
@@ -181,24 +274,29 @@ def wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> None:
 
 # --- load -------------------------------------------------------------------------------------
 
-async def _load(base: str, kinds: list[str], bodies: dict, concurrency: int, max_seconds: float,
-                retry: bool = False, max_retries: int = 20) -> list[tuple]:
-    """[(kind, final status, seconds from first send to final answer, resends, seconds waited)]."""
+async def _load(base: str, kinds: Iterable[str], bodies: dict, concurrency: int, max_seconds: float,
+                retry: bool = False, max_retries: int = 20,
+                raw: dict[str, tuple[bytes, int]] | None = None) -> list[tuple]:
+    """[(kind, final status, seconds from first send to final answer, resends, seconds waited)].
+
+    ``kinds`` may be endless (the soak): the clients stop at ``max_seconds``. ``raw`` kinds are sent
+    as bytes on a socket of their own (requests httpx would not send: stalled or oversized)."""
     import httpx
 
     results: list[tuple[str, int | str, float, int, float]] = []
-    queue: asyncio.Queue[str] = asyncio.Queue()
-    for k in kinds:
-        queue.put_nowait(k)
+    pending = iter(kinds)
     deadline = time.monotonic() + max_seconds
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
 
     async with httpx.AsyncClient(base_url=base, timeout=max(60.0, max_seconds), limits=limits) as client:
         async def worker() -> None:
-            while not queue.empty() and time.monotonic() < deadline:
-                kind = queue.get_nowait()
-                name, data, fields, _ = bodies[kind]
+            while time.monotonic() < deadline and (kind := next(pending, None)) is not None:
                 t0 = time.perf_counter()
+                if raw is not None and kind in raw:
+                    status = await _send_raw(base, raw[kind][0])
+                    results.append((kind, status, time.perf_counter() - t0, 0, 0.0))
+                    continue
+                name, data, fields, _ = bodies[kind]
                 resends, waited = 0, 0.0
                 while True:
                     try:
@@ -219,6 +317,29 @@ async def _load(base: str, kinds: list[str], bodies: dict, concurrency: int, max
     return results
 
 
+async def _send_raw(base: str, payload: bytes, timeout: float = 120) -> int | str:
+    """Send ``payload`` on a new connection, then wait (without sending more) for the status line."""
+    host, port = base.removeprefix("http://").split(":")
+    try:
+        reader, writer = await asyncio.open_connection(host, int(port))
+    except OSError as e:
+        return f"error:{type(e).__name__}"
+    try:
+        writer.write(payload)
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), timeout)
+    except (OSError, asyncio.TimeoutError) as e:
+        return f"error:{type(e).__name__}"
+    finally:
+        writer.close()
+        with suppress(OSError):
+            await writer.wait_closed()
+    parts = line.split()
+    if len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1].isdigit():
+        return int(parts[1])
+    return "error:no-status-line"
+
+
 def retry_delay(header: str | None) -> float | None:
     """Seconds to wait from a Retry-After header (delta-seconds form), or None when absent/unusable."""
     try:
@@ -236,12 +357,12 @@ def _pct(values: list[float], q: float) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def summarize(results: list[tuple], elapsed: float, bodies: dict, rss: list[int], rss_base: int | None,
-              healthy: bool) -> dict[str, Any]:
+def summarize(results: list[tuple], elapsed: float, expected: dict[str, int], rss: list[int],
+              rss_base: int | None, healthy: bool) -> dict[str, Any]:
     lat_all = [r[2] * 1e3 for r in results]
     lat_ok = [r[2] * 1e3 for r in results if r[1] == 200]
     counts = Counter(str(r[1]) for r in results)
-    unexpected = Counter(f"{r[0]}:{r[1]}" for r in results if r[1] != bodies[r[0]][3] and r[1] != 503)
+    unexpected = Counter(f"{r[0]}:{r[1]}" for r in results if r[1] != expected[r[0]] and r[1] != 503)
     ok = sum(1 for r in results if r[1] == 200)
     end = rss[-1] if rss else None
     growth = (end - rss_base) if (end is not None and rss_base is not None) else None
@@ -294,6 +415,9 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--max-seconds must be in (0, 3600]")
     if not 0 <= args.max_retries <= 1000:
         raise CLIError("--max-retries must be 0..1000")
+    soak = args.soak is not None
+    if soak and not 0 < args.soak <= MAX_SOAK_MINUTES:
+        raise CLIError(f"--soak must be in (0, {MAX_SOAK_MINUTES}] minutes")
     import httpx
 
     with tempfile.TemporaryDirectory(prefix="sr-bench-serve-") as tmp:
@@ -305,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
         base = f"http://{HOST}:{port}"
         log_path = Path(tmp) / "server.log"
         with open(log_path, "w") as log:
-            proc = start_server(args, weights_dir, model, port, log)
+            proc = start_server(args, weights_dir, model, port, log, env=SOAK_SERVER_ENV if soak else None)
         try:
             try:
                 wait_ready(proc, base, timeout=180)
@@ -313,17 +437,26 @@ def run(args: argparse.Namespace) -> int:
                 tail = log_path.read_text()[-2000:]
                 raise CLIError(f"{e}\n--- server log ---\n{tail}") from None
             bodies = payloads(args.size)
-            # Warm-up: one round of valid requests at full concurrency, so the baseline RSS
-            # includes every worker's buffers; growth after that would be a leak.
-            warm = ["png", "jpg"] * args.concurrency
-            asyncio.run(_load(base, warm, bodies, args.concurrency, 120, retry=True))
+            raw = None
+            if soak:
+                bodies.update(hostile_payloads())
+                raw = RAW_REQUESTS
+            expected = {**{k: v[3] for k, v in bodies.items()}, **{k: v[1] for k, v in (raw or {}).items()}}
+            # Warm-up: one round of valid requests at full concurrency (the soak: one cycle of its
+            # mix per client), so the baseline RSS includes every worker's and connection's buffers
+            # (multi-MB uploads leave ~50 MB in the allocator's per-thread arenas, then no more);
+            # growth after that would be a leak.
+            warm = soak_kinds() * args.concurrency if soak else ["png", "jpg"] * args.concurrency
+            asyncio.run(_load(base, warm, bodies, args.concurrency, 180, retry=True, raw=raw))
             rss_base = rss_bytes(proc.pid)
-            sampler = RssSampler(proc.pid)
+            sampler = RssSampler(proc.pid, every=1.0 if soak else 0.1)
             sampler.start()
-            kinds = schedule(args.requests, args.invalid)
+            kinds: Iterable[str] = (itertools.cycle(soak_kinds()) if soak
+                                    else schedule(args.requests, args.invalid))
+            seconds = args.soak * 60 if soak else args.max_seconds
             t0 = time.perf_counter()
-            results = asyncio.run(_load(base, kinds, bodies, args.concurrency, args.max_seconds,
-                                        retry=args.retry, max_retries=args.max_retries))
+            results = asyncio.run(_load(base, kinds, bodies, args.concurrency, seconds,
+                                        retry=args.retry, max_retries=args.max_retries, raw=raw))
             elapsed = time.perf_counter() - t0
             rss = sampler.stop()
             try:
@@ -337,17 +470,50 @@ def run(args: argparse.Namespace) -> int:
                 healthy = False
         finally:
             stop_process(proc)
-    report = summarize(results, elapsed, bodies, rss, rss_base, healthy)
+    report = summarize(results, elapsed, expected, rss, rss_base, healthy)
     report.update(model=model if not args.tiny else "asa-small-x2 (random init)", device=args.device,
                   concurrency=args.concurrency, workers=args.workers, queue=queue, retry=args.retry,
                   image=f"{args.size}x{args.size}",
                   invalid_fraction=args.invalid, cpu_count=os.cpu_count())
+    if soak:
+        report["soak"] = soak_summary(results, sampler, rss_base, args.soak)
+        report["soak"]["server_env"] = SOAK_SERVER_ENV
+        report["invalid_fraction"] = 0.2  # soak_kinds' own mix
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         _print_table(report)
-    ok = healthy and not report["unexpected"] and report["requests"] == args.requests
+    if soak:
+        ok = (healthy and not report["unexpected"] and report["soak"]["5xx"] == 0
+              and report["soak"]["rss_flat_within_10pct"])
+    else:
+        ok = healthy and not report["unexpected"] and report["requests"] == args.requests
     return 0 if ok else 1
+
+
+def soak_summary(results: list[tuple], sampler: RssSampler, rss_start: int | None,
+                 minutes: float) -> dict[str, Any]:
+    """5xx and connection errors, statuses per kind, and RSS at the start, middle and end."""
+    rss, times = sampler.samples, sampler.times
+    middle = None
+    if times:
+        half = (times[0] + times[-1]) / 2
+        middle = rss[min(range(len(times)), key=lambda i: abs(times[i] - half))]
+    end = rss[-1] if rss else None
+    worst = max((abs(x - rss_start) for x in (middle, end) if x is not None), default=None) \
+        if rss_start else None
+    by_kind: dict[str, Counter] = {}
+    for r in results:
+        by_kind.setdefault(r[0], Counter())[str(r[1])] += 1
+    return {
+        "minutes": minutes,
+        "5xx": sum(1 for r in results if isinstance(r[1], int) and r[1] >= 500),
+        "connection_errors": sum(1 for r in results if isinstance(r[1], str)),
+        "by_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
+        "rss_mb": {"start": _mb(rss_start), "middle": _mb(middle), "end": _mb(end),
+                   "max": _mb(max(rss) if rss else None)},
+        "rss_flat_within_10pct": worst is not None and worst <= 0.10 * rss_start,
+    }
 
 
 def _print_table(r: dict[str, Any]) -> None:
@@ -366,4 +532,12 @@ def _print_table(r: dict[str, Any]) -> None:
         print("UNEXPECTED    " + "  ".join(f"{k}: {v}" for k, v in r["unexpected"].items()))
     print(f"server RSS MB after warm-up {rss['after_warmup']}, end {rss['end']}, max {rss['max']}, "
           f"growth {rss['growth']} ({'flat' if rss['flat'] else 'NOT flat'})")
+    if "soak" in r:
+        soak, mb = r["soak"], r["soak"]["rss_mb"]
+        print(f"soak          {soak['minutes']:g} min: {soak['5xx']} 5xx, {soak['connection_errors']} "
+              f"connection errors; server {', '.join(f'{k}={v}' for k, v in soak['server_env'].items())}")
+        for kind, counts in soak["by_kind"].items():
+            print(f"  {kind:<14}" + "  ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+        print(f"server RSS MB start {mb['start']}, middle {mb['middle']}, end {mb['end']}, max {mb['max']} "
+              f"({'flat within 10%' if soak['rss_flat_within_10pct'] else 'NOT flat within 10%'})")
     print(f"healthy after {'yes' if r['healthy_after'] else 'NO'}")

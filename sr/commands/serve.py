@@ -95,12 +95,14 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from sr.service.app import create_app
+    from sr.service.limits import header_timeout_protocol
 
     app = create_app(settings)
     # Connections beyond what the pool can hold plus room for health checks get uvicorn's own 503.
     limit = (settings.workers + settings.max_queue) * 4 + 32
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            limit_concurrency=limit, timeout_graceful_shutdown=5)
+                            limit_concurrency=limit, timeout_graceful_shutdown=5,
+                            http=header_timeout_protocol(settings.header_timeout_s))
     uvicorn.Server(config).run()
     return 0
 

@@ -34,12 +34,17 @@ def budget_heatmap(budget_map: np.ndarray, k_max: float | None = None) -> np.nda
     0 maps to black, ``k_max`` (default: the map's maximum) to pale yellow, so maps with the same
     ``k_max`` are comparable across images. NaNs count as 0.
     """
+    return LUT[budget_levels(budget_map, k_max)]
+
+
+def budget_levels(budget_map: np.ndarray, k_max: float | None = None) -> np.ndarray:
+    """(H, W) budgets -> uint8 (H, W) colour levels, 0..255 (:func:`budget_heatmap` is ``LUT[levels]``):
+    a third of the heat map's bytes, for keeping a map to colour later."""
     b = np.asarray(budget_map, dtype=np.float32)
     if b.ndim != 2:
         raise ValueError(f"budget map must be (H, W), got shape {b.shape}")
     b = np.nan_to_num(b, nan=0.0, posinf=0.0, neginf=0.0)
     top = float(k_max) if k_max is not None else float(b.max(initial=0.0))
     if top <= 0:
-        return np.broadcast_to(LUT[0], (*b.shape, 3)).copy()
-    idx = np.clip(np.round(b / top * 255), 0, 255).astype(np.uint8)
-    return LUT[idx]
+        return np.zeros(b.shape, np.uint8)
+    return np.clip(np.round(b / top * 255), 0, 255).astype(np.uint8)

@@ -23,6 +23,7 @@ from PIL import Image
 from sr.bench.serve import free_port, stop_process
 from sr.models import build_model
 from sr.service.app import create_app
+from sr.service.limits import header_timeout_protocol
 from sr.service.settings import Settings
 from sr.weights import save_weights
 
@@ -117,10 +118,11 @@ def make_server(weights_dir: Path) -> Iterator[Callable[..., str]]:
     def make(**overrides: object) -> str:
         values = {"model": "asa-small", "weights_dir": weights_dir, "device": "cpu", "threads": 1,
                   **overrides}
-        app = create_app(Settings(**values))  # type: ignore[arg-type]
+        settings = Settings(**values)  # type: ignore[arg-type]
         port = free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                               lifespan="on"))
+        server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                                               log_level="warning", lifespan="on",
+                                               http=header_timeout_protocol(settings.header_timeout_s)))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         running.append((server, thread))

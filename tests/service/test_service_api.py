@@ -11,6 +11,7 @@ import time
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
@@ -101,6 +102,7 @@ def test_models_health_ready_docs_and_page(make_client) -> None:
     spec = client.get("/openapi.json").json()
     form = spec["paths"]["/v1/upscale"]["post"]
     assert {"400", "401", "413", "415", "422", "503", "504"} <= set(form["responses"])
+    assert "401" in spec["paths"]["/v1/models"]["get"]["responses"]  # behind the key like every /v1 route
     page = client.get("/")
     assert page.status_code == 200 and 'id="upscale"' in page.text
     assert client.get("/static/app.js").status_code == 200
@@ -252,7 +254,7 @@ def test_504_timeout_and_the_server_recovers(make_client, make_image, gate_jobs)
 def test_503_while_the_model_is_loading(make_client, make_image, monkeypatch) -> None:
     release = threading.Event()
     monkeypatch.setattr(service_app.ModelHub, "load_default",
-                        lambda self: (release.wait(20), setattr(self, "state", "ready")))
+                        lambda self, calibrate=None: (release.wait(20), setattr(self, "state", "ready")))
     client = make_client(wait=False)
     try:
         r = client.get("/readyz")
@@ -380,3 +382,18 @@ def test_page_has_photo_auto_and_a_denoise_slider(make_client) -> None:
     assert 'id="denoise" type="range" min="0" max="1" step="0.05"' in page
     script = client.get("/static/app.js").text
     assert "fields.denoise" in script and "fam.denoise" in script  # sent only where the model takes it
+
+
+def test_budget_map_kept_with_the_result_is_the_one_budget_map_true_returns(make_client, make_image) -> None:
+    client = make_client()
+    png = make_image(40, 30)
+    r = _post(client, png, scale="2", keep_budget_map="true")
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png"
+    kept = client.get(f"/v1/budget-maps/{r.headers['x-budget-map-id']}")
+    direct = _post(client, png, scale="2", budget_map="true")
+    assert kept.status_code == 200 and kept.headers["x-budget-max"] == direct.headers["x-budget-max"] == "8"
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(kept.content))),
+                          np.asarray(Image.open(io.BytesIO(direct.content))))
+    assert "x-budget-map-id" not in _post(client, png, scale="2").headers  # only when asked
+    missing = client.get("/v1/budget-maps/no-such-map")
+    assert missing.status_code == 404 and "budget_map=true" in missing.json()["detail"]

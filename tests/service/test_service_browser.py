@@ -88,12 +88,20 @@ def test_page_upscales_compares_and_reports_errors(browser, live_server: str, tm
     # card, so it starts at 1:1 (not stretched and blurred); the toggle fits it to the card and back.
     boxes = _boxes(browser)
     assert boxes[0] == boxes[1] == [180, 120]
-    assert browser.find_element(By.ID, "view-toggle").get_attribute("aria-pressed") == "true"
-    browser.find_element(By.ID, "view-toggle").click()
+    pressed = lambda: [browser.find_element(By.ID, i).get_attribute("aria-pressed")  # noqa: E731
+                       for i in ("view-fit", "view-toggle")]
+    assert pressed() == ["false", "true"]  # the button in effect is marked
+    browser.find_element(By.ID, "view-fit").click()
     boxes = _boxes(browser)
-    assert boxes[0] == boxes[1] and boxes[0][0] > 600
+    assert boxes[0] == boxes[1] and boxes[0][0] > 600 and pressed() == ["true", "false"]
+    # "before" (60x40 drawn at 180x120+) is enlarged smoothly unless pixel blocks are chosen.
+    rendering = lambda: browser.find_element(By.ID, "before").value_of_css_property("image-rendering")  # noqa: E731
+    assert rendering() == "auto"
+    Select(browser.find_element(By.ID, "before-mode")).select_by_value("pixels")
+    assert rendering() == "pixelated"
+    Select(browser.find_element(By.ID, "before-mode")).select_by_value("smooth")
     browser.find_element(By.ID, "view-toggle").click()
-    assert _boxes(browser)[1] == [180, 120]
+    assert _boxes(browser)[1] == [180, 120] and pressed() == ["false", "true"] and rendering() == "auto"
 
     # The divider can be dragged on the image itself.
     from selenium.webdriver.common.action_chains import ActionChains
@@ -117,11 +125,16 @@ def test_page_upscales_compares_and_reports_errors(browser, live_server: str, tm
     assert not browser.find_element(By.ID, "budget").is_displayed()  # overlay only when asked for
     browser.save_screenshot(str(ARTIFACTS / "service-page-compare.png"))
 
-    # The budget-map overlay: a second request, same output size.
+    # The budget-map overlay: the map the server kept with the result, no second upscale.
+    requests = ("return performance.getEntriesByType('resource').map(e => new URL(e.name).pathname)"
+                ".filter(p => p.startsWith('/v1/upscale') || p.startsWith('/v1/budget-maps/'))")
+    before_toggle = browser.execute_script(requests)
     browser.find_element(By.ID, "budget-toggle").click()
     _wait(browser, lambda d: d.execute_script(
         "const b = document.getElementById('budget'); return !b.hidden && b.complete && b.naturalWidth > 0;"))
     assert browser.execute_script("return document.getElementById('budget').naturalWidth") == 180
+    new = browser.execute_script(requests)[len(before_toggle):]
+    assert len(new) == 1 and new[0].startswith("/v1/budget-maps/"), new
     # The legend: a small colour bar beside the image, 0 at the bottom and k_max (8) at the top.
     legend = browser.find_element(By.ID, "legend")
     assert legend.is_displayed()
@@ -138,14 +151,18 @@ def test_page_upscales_compares_and_reports_errors(browser, live_server: str, tm
     assert browser.find_element(By.ID, "progress").size["width"] > 300  # not squeezed by it
     browser.save_screenshot(str(ARTIFACTS / "service-page-budget.png"))
 
-    # A file that is not an image: the API's detail is shown to the person.
+    # A file that is not an image: the browser cannot show it, so the page asks the server's preview,
+    # whose refusal is shown, and Upscale stays off (the same upload would be refused again).
     browser.find_element(By.ID, "file").send_keys(str(bad))
-    browser.find_element(By.ID, "upscale").click()
     _wait(browser, lambda d: d.find_element(By.ID, "error").is_displayed())
     message = browser.find_element(By.ID, "error").text
     assert "Error 415" in message and "not a supported image" in message
+    assert not browser.find_element(By.ID, "upscale").is_enabled()
+    assert "cannot read this file" in browser.find_element(By.ID, "hint").text
     assert not browser.find_element(By.ID, "result").is_displayed()  # no stale result beside the error
     browser.save_screenshot(str(ARTIFACTS / "service-page-error.png"))
+    browser.find_element(By.ID, "file").send_keys(str(good))  # another file: Upscale is back
+    _wait(browser, lambda d: d.find_element(By.ID, "upscale").is_enabled(), 10)
 
 
 def _photo(tmp_path: Path, name: str, **save: object) -> Path:
@@ -304,3 +321,27 @@ def test_denoise_slider_only_for_photo_and_auto_and_sent_with_the_upload(
     sent = browser.execute_script("return window.sentFields")
     assert [(f["model"], f.get("denoise")) for f in sent] == [("asa-base", None), ("photo", "0.5")]
     browser.save_screenshot(str(ARTIFACTS / "service-page-photo.png"))
+
+
+def test_docs_render_every_operation_offline(browser, live_server: str) -> None:
+    """Swagger UI must read FastAPI's OpenAPI 3.1 document (4.x showed "Unable to render this
+    definition" and no operations), from this server's files alone."""
+    import httpx
+    from selenium.webdriver.common.by import By
+
+    spec = httpx.get(f"{live_server}/openapi.json", timeout=10).json()
+    assert spec["openapi"].startswith("3.1")
+    operations = sorted(f"{method.upper()} {path}" for path, ops in spec["paths"].items() for method in ops)
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.get(live_server + "/docs")
+    _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock")) >= len(operations), 60)
+    shown = sorted(
+        f"{b.find_element(By.CSS_SELECTOR, '.opblock-summary-method').text} "
+        f"{b.find_element(By.CSS_SELECTOR, '.opblock-summary-path').get_attribute('data-path')}"
+        for b in browser.find_elements(By.CSS_SELECTOR, ".opblock"))
+    assert shown == operations and len(operations) >= 5, shown
+    assert "Unable to render" not in browser.find_element(By.TAG_NAME, "body").text
+    hosts = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => new URL(e.name).host)")
+    assert set(hosts) <= {live_server.removeprefix("http://")}, hosts  # nothing from a CDN
+    browser.save_screenshot(str(ARTIFACTS / "service-docs.png"))

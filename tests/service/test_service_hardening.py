@@ -108,6 +108,8 @@ LONG_JOB = {"scale": 2, "tta": "true"}
 def test_timed_out_long_job_is_cancelled_and_the_next_request_is_served_promptly(make_client,
                                                                                   make_image) -> None:
     client = make_client(workers=1, max_queue=0, timeout_s=0.5, tile=64)
+    model = client.app.state.service.pool.model
+    model.fixed_factor = model.forward_factor = model.mp_factor = 1e-3  # underestimated: still stops
     t0 = time.monotonic()
     r = _post(client, make_image(256, 256), **LONG_JOB)
     assert r.status_code == 504 and time.monotonic() - t0 < 3
@@ -161,6 +163,8 @@ def test_client_that_disconnects_has_its_job_cancelled(make_server, make_image) 
 def test_retry_after_counts_the_queued_work(make_client, make_image, gate_jobs) -> None:
     gate = gate_jobs(tta=False)
     client = make_client(workers=1, max_queue=1)
+    model = client.app.state.service.pool.model
+    model.fixed_factor = model.forward_factor = model.mp_factor = 1.0  # the priors, not this machine's
     png = make_image(256, 256)  # x2 with tta: 2.1 megapixels of work each, ~2.7 s at the prior rate
     done: list = []
     threads = [threading.Thread(target=lambda: done.append(_post(client, png, **LONG_JOB))) for _ in range(2)]
@@ -192,6 +196,17 @@ def test_api_key_that_clients_cannot_send_is_refused_at_start_up(key: str) -> No
         Settings(api_key=key)
     with pytest.raises(SettingsError, match="API key must be printable ASCII"):
         Settings.from_env({"SR_API_KEY": "clé"})
+
+
+@pytest.mark.parametrize("key", ["", "   ", "\t"])
+def test_empty_or_blank_api_key_is_refused_not_taken_as_no_key(key: str) -> None:
+    # A blank SR_API_KEY used to be skipped as unset: the server started with no authentication.
+    with pytest.raises(SettingsError, match=r"^SR_API_KEY=.*: API key must not be empty or blank"):
+        Settings.from_env({"SR_API_KEY": key})
+    with pytest.raises(SettingsError, match="API key must not be empty or blank"):
+        Settings().replace(api_key=key)  # the --api-key flag
+    with pytest.raises(SettingsError, match="must not start or end with a space"):
+        Settings.from_env({"SR_API_KEY": " padded "})  # no longer trimmed to 'padded'
 
 
 def test_ascii_api_key_with_punctuation_works_through_middleware_and_dependency(make_client) -> None:
@@ -267,6 +282,28 @@ def test_stalled_upload_gets_408_and_a_slow_steady_one_passes(make_server, make_
         time.sleep(0.3)
     status, headers, image = _read_response(sock)
     assert status == 200 and Image.open(io.BytesIO(image)).size == (48, 40)
+    sock.close()
+
+
+def test_connection_stalled_inside_its_headers_gets_408_and_is_closed(make_server) -> None:
+    # Issue 45: the body guard starts only after the head; a partial head used to stay open for good.
+    base = make_server(header_timeout_s=0.6)
+    sock = _connect(base)
+    sock.sendall(b"POST /v1/upscale HTTP/1.1\r\nHost: test\r\nContent-Ty")  # then nothing
+    t0 = time.monotonic()
+    status, headers, detail = _read_response(sock)
+    assert status == 408 and b"headers incomplete after 0.6 s" in detail
+    assert time.monotonic() - t0 < 3 and _closed_by_server(sock, 3.0)
+    sock.close()
+    with httpx.Client(base_url=base) as client:  # a kept-alive connection idle past the deadline is fine
+        assert client.get("/healthz").status_code == 200
+        time.sleep(1.0)
+        assert client.get("/healthz").status_code == 200
+    sock = _connect(base)  # a head sent slowly but within the deadline is served
+    for piece in (b"GET /healthz HTTP/1.1\r\n", b"Host: test\r\n", b"\r\n"):
+        sock.sendall(piece)
+        time.sleep(0.15)
+    assert _read_response(sock)[0] == 200
     sock.close()
 
 

@@ -15,6 +15,7 @@ from sr.service.jobs import (
     JobPool,
     JobTimeoutError,
     QueueFullError,
+    Work,
 )
 
 
@@ -189,13 +190,14 @@ def test_cancelled_request_task_stops_its_job() -> None:
 def test_retry_after_is_the_queued_work_over_the_workers() -> None:
     pool = JobPool(workers=2, max_queue=3)
     release = threading.Event()
+    work = Work(tiled_mp=8.0)
 
     async def main() -> None:
-        jobs = [asyncio.ensure_future(pool.run(release.wait, 10, timeout=30, cost_mp=8.0)) for _ in range(5)]
+        jobs = [asyncio.ensure_future(pool.run(release.wait, 10, timeout=30, work=work)) for _ in range(5)]
         while pool.stats()["running"] < 2:
             await asyncio.sleep(0.01)
-        with pytest.raises(QueueFullError) as info:
-            await pool.run(release.wait, timeout=30, cost_mp=8.0)
+        with pytest.raises(QueueFullError, match="taken by 5 jobs") as info:
+            await pool.run(release.wait, timeout=30, work=work)
         one = PRIOR_SECONDS_PER_JOB + PRIOR_SECONDS_PER_MP * 8.0  # ~10 s each, nothing measured yet
         assert abs(info.value.retry_after - 5 * one / 2) <= 1.5  # five jobs on two workers, ~25 s
         release.set()
@@ -205,24 +207,37 @@ def test_retry_after_is_the_queued_work_over_the_workers() -> None:
     pool.shutdown()
 
 
-def test_retry_after_learns_the_seconds_per_megapixel() -> None:
-    pool = JobPool(workers=1, max_queue=0)
+def test_retry_after_learns_the_rate_and_predicts_the_real_drain() -> None:
+    """Jobs here run at 0.1x the priors' fixed cost, 0.2x their per-forward and 0.3x their
+    per-megapixel cost: after a calibration and a few small jobs, Retry-After for a full queue is
+    within a factor 2 of how long it really takes to drain."""
+    pool = JobPool(workers=1, max_queue=2)
+
+    def seconds(work: Work, fixed_too: bool = True) -> float:
+        fixed, forwards, per_mp = pool.model.parts(work)
+        return 0.1 * fixed * fixed_too + 0.2 * forwards + 0.3 * per_mp
+
+    def job(work: Work) -> None:
+        time.sleep(seconds(work))
+
+    square, strip = Work(forwards=1, tiled_mp=1.0), Work(forwards=10, tiled_mp=0.01)
+    pool.model.calibrate((square, seconds(square, False)), (strip, seconds(strip, False)))
+    assert (round(pool.model.forward_factor, 3), round(pool.model.mp_factor, 3)) == (0.2, 0.3)
 
     async def main() -> None:
-        for _ in range(15):  # jobs of 1 MP that take 0.1 s, and tiny ones that take ~0
-            await pool.run(time.sleep, 0.1, timeout=5, cost_mp=1.0)
-            await pool.run(lambda: None, timeout=5, cost_mp=0.01)
-        assert 0.05 < pool.estimate(1.0) < 0.4  # the prior said 1.3 s
-        assert pool.estimate(0.01) < 0.05
-        release = threading.Event()
-        busy = asyncio.ensure_future(pool.run(release.wait, 10, timeout=30, cost_mp=100.0))
+        for w in [Work(forwards=1, tiled_mp=0.01), Work(forwards=1, tiled_mp=0.3)] * 3:
+            await pool.run(job, w, timeout=10, work=w)
+        assert 0.05 < pool.model.fixed_factor < 0.3 and 0.15 < pool.model.mp_factor < 0.6
+        works = [Work(forwards=30, tiled_mp=1.0), Work(forwards=2, tiled_mp=3.0), Work(forwards=200)]
+        queued = [asyncio.ensure_future(pool.run(job, w, timeout=30, work=w)) for w in works]
         while not pool.stats()["running"]:
             await asyncio.sleep(0.01)
+        t0 = time.perf_counter()
         with pytest.raises(QueueFullError) as info:
-            await pool.run(lambda: None, timeout=1)
-        assert 5 <= info.value.retry_after <= 35  # 100 MP at ~0.1 s/MP (0.3 if the machine is busy)
-        release.set()
-        await busy
+            await pool.run(job, works[0], timeout=1, work=works[0])
+        await asyncio.gather(*queued)
+        drain = time.perf_counter() - t0
+        assert drain / 2 <= info.value.retry_after <= drain * 2, (info.value.retry_after, drain)
 
     asyncio.run(main())
     pool.shutdown()

@@ -53,6 +53,8 @@ def test_serve_cli_errors_are_messages_not_tracebacks(weights_dir: Path, tmp_pat
         (["serve"], {"SR_WORKERS": "lots"}, "SR_WORKERS='lots'"),
         (["serve", "--workers", "0"], {}, "workers must be >= 1"),
         (["serve"], {"SR_API_KEY": "clé"}, "API key must be printable ASCII"),
+        (["serve"], {"SR_API_KEY": "   "}, "SR_API_KEY='   ': API key must not be empty or blank"),
+        (["serve", "--api-key", " padded "], {}, "API key must not start or end with a space"),
     ]
     for argv, env, message in cases:
         done = _sr(*argv, env=env)

