@@ -27,12 +27,19 @@ from typing import TYPE_CHECKING
 
 from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL, PHOTO_MODEL
 from ..errors import CLIError
+from .precision import add_precision_argument
 
 if TYPE_CHECKING:  # annotations only: the command imports the engine lazily
+    from tqdm import tqdm
+
     from ..inference import Upscaler, UpscaleResult
+    from ..inference.tiling import ProgressFn
     from ..io import DecodedImage
 
 _DONE = object()  # end-of-stream marker between the pipeline threads
+# Inputs of at least this many pixels get a second bar that advances per tile: at x2 on a CPU such
+# an image takes tens of seconds, and a batch bar that stands still that long looks hung.
+TILE_BAR_PIXELS = 4_000_000
 
 
 def format_choices() -> tuple[str, ...]:
@@ -103,6 +110,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention-path", default="auto", choices=("auto", "tiered", "static"),
                    help="routed attention at inference: tiered (compute follows the budget; fastest on "
                         "CPU), static (fixed shapes, no host syncs; GPUs); auto = tiered on CPU only")
+    add_precision_argument(p)
     p.add_argument("--compile", action="store_true",
                    help="run the network through torch.compile (static path; the first tile of each "
                         "run pays the compilation; measured by sr bench paths)")
@@ -298,16 +306,19 @@ def read_input(job: Job, max_pixels: int) -> tuple[DecodedImage | None, str | No
 
 
 def upscale_input(
-    up: Upscaler, image: DecodedImage, args: argparse.Namespace, source: Path | None = None
+    up: Upscaler, image: DecodedImage, args: argparse.Namespace, source: Path | None = None,
+    progress: ProgressFn | None = None,
 ) -> tuple[UpscaleResult | None, str | None]:
     """Upscale one decoded image with the command's flags: (UpscaleResult, None) or (None, reason).
-    ``source``: the input file, from which ``--model auto`` reads its compression."""
+    ``source``: the input file, from which ``--model auto`` reads its compression. The result holds
+    8/16-bit samples (``quantize``): what the writer encodes, in a quarter of float32's memory."""
     from ..inference import UpscaleError
 
     try:
         return up.upscale(image, scale=args.scale, outscale=args.outscale, width=args.width,
                           height=args.height, alpha_mode=args.alpha_mode,
-                          with_budget_map=args.save_budget_map, tta=args.tta, source=source), None
+                          with_budget_map=args.save_budget_map, tta=args.tta, source=source,
+                          quantize=True, progress=progress), None
     except UpscaleError as e:
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - e.g. out of memory on a huge image: next file
@@ -356,6 +367,27 @@ def write_output(job: Job, result: UpscaleResult, args: argparse.Namespace, k_ma
 
 
 NO_BUDGET_MAPS = "sr upscale: the model has no adaptive attention: no budget maps"
+
+
+def tile_bar(job: Job, image: DecodedImage) -> tqdm | None:
+    """A per-tile bar under the batch bar for a large input (hidden when stderr is not a terminal)."""
+    from tqdm import tqdm
+
+    if image.width * image.height < TILE_BAR_PIXELS:
+        return None
+    return tqdm(total=1, unit="tile", desc=job.src.name, leave=False, position=1, disable=None,
+                file=sys.stderr, dynamic_ncols=True)
+
+
+def tile_progress(bar: tqdm) -> ProgressFn:
+    """The engine's progress callback, drawn on ``bar`` (a chained model pass starts it again)."""
+
+    def update(done: int, total: int) -> None:
+        if total != bar.total or done < bar.n:
+            bar.reset(total=total)
+        bar.update(done - bar.n)
+
+    return update
 
 
 def _reader(jobs: list[Job], q: queue.Queue, stop: threading.Event, max_pixels: int) -> None:
@@ -424,7 +456,8 @@ def make_upscaler(
 
     return Upscaler(args.model, device=device or args.device, tile=_parse_tile(args.tile),
                     tile_overlap=args.tile_overlap, threads=threads if threads is not None else args.threads,
-                    attention_path=args.attention_path, compile=args.compile, denoise=args.denoise)
+                    attention_path=args.attention_path, compile=args.compile, denoise=args.denoise,
+                    precision=args.precision)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -507,7 +540,13 @@ def _pipeline(up, todo: list[Job], stats: Stats, args: argparse.Namespace) -> No
             job, (image, problem) = item
             del item
             if problem is None:
-                result, problem = upscale_input(up, image, args, source=job.src)
+                bar = tile_bar(job, image)
+                try:
+                    progress = tile_progress(bar) if bar is not None else None
+                    result, problem = upscale_input(up, image, args, source=job.src, progress=progress)
+                finally:
+                    if bar is not None:
+                        bar.close()
             del image
             if problem is not None:
                 stats.fail(job.src, problem)
