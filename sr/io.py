@@ -189,8 +189,8 @@ class DecodedImage:
     ``pixels`` is float32 (H, W, C) in [0, 1] with C = 1 (gray) or 3 (colour); a 2-D array is taken
     as gray. ``alpha`` is float32 (H, W) or None. ``bit_depth`` 16 means: write back as 16-bit PNG.
     Pixels may instead be integer samples, uint8 for 8-bit and uint16 for 16-bit images (what
-    ``Upscaler.upscale(..., quantize=True)`` returns: a quarter of float32's memory); alpha is then
-    samples of the same type. Decoding always gives float32.
+    ``Upscaler.upscale(..., quantize=True)`` returns: a quarter of float32's memory); alpha, if
+    any, is then samples of the same type. Decoding always gives float32.
     """
 
     pixels: np.ndarray
@@ -422,7 +422,9 @@ def _decode(data: bytes, path: str | None, max_pixels: int | None) -> DecodedIma
         values, alpha, depth, icc = _decode_standard(im, icc, path)
     maxv = np.float32(65535 if depth == 16 else 255)
     orientation = _orientation(im)
-    pixels = _orient(values.astype(np.float32) / maxv, orientation)
+    pixels = values.astype(np.float32)
+    pixels /= maxv  # in place: a 12 MP photo's float32 copy is 144 MB, a second one would double it
+    pixels = _orient(pixels, orientation)
     if alpha is not None:
         alpha = _orient(alpha.astype(np.float32) / maxv, orientation)
     return DecodedImage(pixels, alpha, depth, icc, fmt, mode)
@@ -644,8 +646,13 @@ def quantize(x: np.ndarray, dtype: type) -> np.ndarray:
     if x.dtype.kind in "ui":
         x = to_float(x)
     maxv = np.float32(np.iinfo(dtype).max)
-    x = np.nan_to_num(np.asarray(x, dtype=np.float32), nan=0.0)
-    return np.rint(np.clip(x, 0.0, 1.0) * maxv).astype(dtype)
+    # One float32 working copy, then in place: each step of a chained expression would allocate
+    # another image-sized temporary (the same values either way).
+    y = np.nan_to_num(np.asarray(x, dtype=np.float32), nan=0.0, copy=True)
+    np.clip(y, 0.0, 1.0, out=y)
+    y *= maxv
+    np.rint(y, out=y)
+    return y.astype(dtype)
 
 
 def to_float(x: np.ndarray) -> np.ndarray:

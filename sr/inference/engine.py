@@ -49,7 +49,10 @@ MAX_OUTPUT_PIXELS = 2**28
 # keeps one tile's activations within a fraction of the free memory.
 ACTIVATION_BYTES_PER_CHANNEL_PX = 12
 AUTO_TILE_MEMORY_FRACTION = {"cpu": 0.25, "mps": 0.25, "cuda": 0.5}
-AUTO_TILE_MAX = {"cpu": 1024, "mps": 1024, "cuda": 2048}
+# CPU: 512 px, not more. A 512 px tile of asa-base-x2 holds ~290 MB of fp32 activations (VmHWM, issue
+# 43), a 1024 px one ~1.2 GB; with 512 a 4000x3000 photo to x2 stays within 1 GB of peak RSS (input,
+# 8-bit output canvas, one band of tile rows, one tile), and the overlap recomputed costs ~3% more.
+AUTO_TILE_MAX = {"cpu": 512, "mps": 1024, "cuda": 2048}
 # The static attention path scores every pooled region against every other (N^2 per tile), so its
 # auto tile stays smaller: 768 px at stride 2 and 4x4 regions is N = 2304, 21 MB of scores per image.
 AUTO_TILE_MAX_STATIC = 768
@@ -542,11 +545,13 @@ class Upscaler:
         only): the input's file path or bytes, from which auto tells lossy from lossless; without it
         the decoded format decides (JPEG lossy, anything else lossless). ``result.choice`` says which.
 
-        ``quantize``: return integer samples (uint8; uint16 for 16-bit images, alpha alike) instead
-        of float32, the same values an encoder would round the float output to, assembled one tile
-        row at a time: no full-size float32 buffer when the last pass gives the output size (no
-        final resize). ``progress(done, total)`` is called after every tile of each pass (a chained
-        pass counts from 0 again).
+        ``quantize``: return integer samples (uint8; uint16 for 16-bit images) instead of float32,
+        the same values an encoder would round the float output to, assembled one tile row at a
+        time: no full-size float32 buffer when the last pass gives the output size (no final
+        resize). Images with alpha stay float32: JPEG composites them on white, and from rounded
+        colour and alpha that gives other bytes than today's (42.8 dB apart, measured).
+        ``progress(done, total)`` is called after every tile of each pass (a chained pass counts
+        from 0 again).
         """
         if self._auto is not None:
             choice = self._auto.choose(source, img)
@@ -569,6 +574,7 @@ class Upscaler:
         h, w = pixels.shape[:2]
         (out_h, out_w), passes = self.plan(h, w, scale, outscale, width, height)
         alpha = getattr(img, "alpha", None)
+        quantize = quantize and alpha is None
         samples = SAMPLE_TYPES[getattr(img, "bit_depth", 8)] if quantize else np.float32
         # Straight into samples only when the model's output is the final size (no resize after it).
         exact = (h * math.prod(passes), w * math.prod(passes)) == (out_h, out_w)
@@ -586,7 +592,6 @@ class Upscaler:
                 out_alpha = np.clip(resize_to(a, out_h, out_w), 0, 1) if a.shape != (out_h, out_w) else a
             if quantize:
                 out = quantize_samples(out, samples)
-                out_alpha = None if out_alpha is None else quantize_samples(out_alpha, samples)
         budget = None
         if with_budget_map and maps:
             budget = np.mean([_nearest_resize(m, out_h, out_w) for m in maps], axis=0).astype(np.float32)
