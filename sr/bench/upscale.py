@@ -51,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default="auto", metavar="LIST",
                    help="comma-separated precisions to compare side by side, e.g. fp32,bf16 (auto, fp32, "
                         "bf16; default auto): rows give speed and output PSNR relative to the first")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="with --precision: also profile each arm on the largest image (torch.profiler) and "
+                        "list its N costliest operators, self CPU ms per image")
     p.add_argument("--max-images", type=int, default=None, help="use only the first N images")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON ('-' = stdout)")
     p.add_argument("--repeat", action="store_true",
@@ -133,8 +136,9 @@ def parse_precisions(text: str) -> list[str]:
     return parsed
 
 
-def _precision_rows(name: str, ups: list, decoded: list, out_px: list[int]) -> list[dict]:
-    """One row per precision arm of one model, timed side by side (:func:`_time_arms`)."""
+def _precision_rows(name: str, ups: list, decoded: list, out_px: list[int], profile: int = 0) -> list[dict]:
+    """One row per precision arm of one model, timed side by side (:func:`_time_arms`); with
+    ``profile``, each arm's costliest operators on the largest image (``profile`` key)."""
     import numpy as np
 
     from ..inference.precision import precision_name
@@ -155,6 +159,14 @@ def _precision_rows(name: str, ups: list, decoded: list, out_px: list[int]) -> l
                      "psnr_vs_first": None if k == 0 else round(psnr, 2)})
         print(f"  {label} x{s}: {mp / seconds[k]:.3f} MP/s ({seconds[0] / seconds[k]:.2f}x the first)",
               file=sys.stderr, flush=True)
+    if profile:
+        from .train import print_profile, profile_ops
+
+        largest = max(decoded, key=lambda d: d.width * d.height)
+        for k, row in enumerate(rows):
+            row["profile"] = profile_ops(lambda f=fns[k]: f(largest), profile)
+            print_profile(f"{row['method']} x{s}, {largest.width}x{largest.height} input", row["profile"],
+                          per="image")
     return rows
 
 
@@ -176,6 +188,8 @@ def run(args: argparse.Namespace) -> int:
     precisions = parse_precisions(args.precision)
     if args.repeat and len(precisions) > 1:
         raise CLIError("--repeat times one precision: give one --precision, or drop --repeat")
+    if args.profile < 0 or (args.profile and len(precisions) < 2):
+        raise CLIError("--profile N (N >= 1) goes with --precision listing two or more, e.g. fp32,bf16")
     images = _load_images(Path(args.images), args.max_images)
     models, arms = [], {}
     for name in args.model or DEFAULT_MODELS:
@@ -204,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         floats = [d.pixels for d in decoded]
         pils = [Image.fromarray(lr) for lr in lrs]
         if len(arms[name]) > 1:
-            rows += _precision_rows(name, arms[name], decoded, out_px)
+            rows += _precision_rows(name, arms[name], decoded, out_px, args.profile)
         methods = [] if len(arms[name]) > 1 else [
             (Path(name).stem, lambda d, up=up, s=s: up.upscale(d, scale=s), decoded)]
         methods += [

@@ -471,8 +471,9 @@ def test_bench_upscale_compares_precisions_side_by_side(tmp_path, tiny, capsys):
         save(tmp_path / "hr" / f"{i}.png", photo(64, 48, seed=i))
     report = tmp_path / "bench.json"
     base = ["bench", "upscale", "--model", tiny, "--images", str(tmp_path / "hr"), "--threads", "1"]
-    assert main([*base, "--precision", "fp32,bf16", "--json", str(report)]) == 0
+    assert main([*base, "--precision", "fp32,bf16", "--profile", "3", "--json", str(report)]) == 0
     rows = json.loads(report.read_text())
+    assert all(len(r["profile"]) == 3 and r["profile"][0]["self_ms"] > 0 for r in rows[:2])
     assert [r["method"] for r in rows] == ["tiny-x2 fp32", "tiny-x2 bf16", "bicubic (sr imresize)",
                                            "bicubic (PIL)"]
     fp32, bf16 = rows[:2]
@@ -485,3 +486,5 @@ def test_bench_upscale_compares_precisions_side_by_side(tmp_path, tiny, capsys):
         assert message in capsys.readouterr().err
     assert main([*base, "--precision", "fp32,bf16", "--repeat"]) == 2
     assert "--repeat times one precision" in capsys.readouterr().err
+    assert main([*base, "--profile", "3"]) == 2
+    assert "--profile N (N >= 1) goes with --precision" in capsys.readouterr().err
