@@ -563,7 +563,7 @@ class Upscaler:
         start = time.perf_counter()
         pixels = getattr(img, "pixels", None)
         if not isinstance(pixels, np.ndarray) or pixels.ndim != 3 or pixels.shape[2] not in (1, 3):
-            raise UpscaleError("image pixels must be a float (H, W, 1|3) array")
+            raise UpscaleError("image pixels must be an (H, W, 1|3) array of floats or 8/16-bit samples")
         if pixels.shape[0] < 1 or pixels.shape[1] < 1:
             raise UpscaleError(f"image is empty ({pixels.shape[1]}x{pixels.shape[0]})")
         for label, flag in (("tta", tta), ("quantize", quantize)):
