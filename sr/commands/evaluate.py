@@ -129,7 +129,7 @@ def load_model(
     import torch
 
     from ..evaluation import model_upscaler
-    from ..inference.precision import PrecisionError, precision_name, resolve_dtype
+    from ..inference.precision import PrecisionError, precision_name, record_name, resolve_dtype
     from ..weights import WeightsError, load_model
 
     try:
@@ -141,7 +141,7 @@ def load_model(
     if budget is not None:
         set_budget(model, budget)
     try:
-        dtype = resolve_dtype(precision, device, [model.name])
+        dtype = resolve_dtype(precision, device, [record_name(model)])
     except PrecisionError as e:
         raise CLIError(str(e)) from None
     net = model.net.to(device=device, dtype=dtype)

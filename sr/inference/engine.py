@@ -32,7 +32,7 @@ from ..models import ATTENTION_PATHS, SRNet, set_attention_path
 from .devices import DeviceError, available_memory, configure_threads, resolve_device
 from .ensemble import self_ensemble
 from .model_choice import AutoModel, ModelChoice, Source, check_denoise
-from .precision import PrecisionError, parse_precision, resolve_dtype
+from .precision import PrecisionError, parse_precision, record_name, resolve_dtype
 from .resample import resize_to
 from .tiling import ProgressFn, TileFn, min_tile, run_tiled
 
@@ -305,9 +305,9 @@ class Upscaler:
         model="auto", the default family's (each side decides for itself)."""
         if self._auto is not None:
             return self._auto.engines[DEFAULT_MODEL].dtype_for(scale)
-        names = [self._descriptors[scale].name]
+        names = [record_name(self._descriptors[scale])]
         if self._blend_base:  # a blend runs bf16 only where both of its files may
-            names.append(self._blend_base[scale].name)
+            names.append(record_name(self._blend_base[scale]))
         return resolve_dtype(self.precision, self.device, names)
 
     @property

@@ -10,20 +10,33 @@ and ``bf16`` force that type on any device.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
+from .. import weights as sr_weights
 from .devices import cpu_has_native_bf16, pick_dtype
+
+if TYPE_CHECKING:
+    from ..descriptor import ModelDescriptor
 
 PRECISIONS = ("auto", "fp32", "bf16")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # The most valid Y-PSNR a model may lose in bf16 for auto to pick it on a CPU (issue 43).
 MAX_BF16_COST_DB = 0.01
-# fp32 minus bf16 Y-PSNR (dB) on the 33 held-out valid images, per shipped weights file, from
-#   sr eval --hr ../shared/datasets/valid --scale S --model NAME --precision fp32|bf16 -q
-# (docs/benchmarks.md#precision). A model not listed here (your own weights, a retrained file under a
-# shipped name that has not been measured again) runs fp32 under auto: its cost is unknown.
-BF16_PSNR_COST_DB: dict[str, float] = {}
+# fp32 minus bf16 Y-PSNR (dB) per shipped weights file: the worst of valid (33 held-out images),
+# Set5 and Set14, from (D = ../shared/datasets)
+#   sr eval --hr D/valid D/benchmark/Set5 D/benchmark/Set14 --scale S --model NAME --device cpu -q \
+#       --precision fp32|bf16
+# (docs/inference.md#precision-bf16-on-cpus-with-amx has the per-set figures). A model not listed here
+# (your own weights, even under a shipped name, or a scale not measured yet) runs fp32 under auto:
+# its cost is unknown.
+BF16_PSNR_COST_DB: dict[str, float] = {
+    "asa-base-x2": 0.0080,
+    "asa-deep-x2": 0.0076,
+    "photo-x2": 0.0048,
+}
 
 
 class PrecisionError(ValueError):
@@ -38,16 +51,27 @@ def parse_precision(text: str) -> str:
     return name
 
 
-def bf16_cost_ok(models: Iterable[str]) -> bool:
-    """Whether every named model has a recorded bf16 cost within :data:`MAX_BF16_COST_DB`."""
+def record_name(desc: ModelDescriptor) -> str | None:
+    """The name a weights file has in :data:`BF16_PSNR_COST_DB`: the record measured the package's
+    own files, so a file elsewhere (your own weights, whatever its name) has none."""
+    if desc.path is None:
+        return None
+    shipped = Path(desc.path).resolve().parent == Path(sr_weights.WEIGHTS_DIR).resolve()
+    return desc.name if shipped else None
+
+
+def bf16_cost_ok(models: Iterable[str | None]) -> bool:
+    """Whether every named model has a recorded bf16 cost within :data:`MAX_BF16_COST_DB` (a None
+    name, :func:`record_name`'s answer for weights off the record, has none)."""
     names = list(models)
     return bool(names) and all(
         name in BF16_PSNR_COST_DB and BF16_PSNR_COST_DB[name] <= MAX_BF16_COST_DB for name in names
     )
 
 
-def resolve_dtype(precision: str, device: torch.device, models: Iterable[str] = ()) -> torch.dtype:
-    """The dtype to run ``models`` (weights names, e.g. 'asa-base-x2'; a blend names both files) in."""
+def resolve_dtype(precision: str, device: torch.device, models: Iterable[str | None] = ()) -> torch.dtype:
+    """The dtype to run ``models`` in: their :func:`record_name` (e.g. 'asa-base-x2'; a blend names
+    both files)."""
     precision = parse_precision(precision)
     if precision in DTYPES:
         if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():

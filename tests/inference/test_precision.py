@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sr import weights as sr_weights
 from sr.inference import UpscaleError, Upscaler, devices, precision
 from sr.inference.precision import PrecisionError, parse_precision, resolve_dtype
 
@@ -76,9 +77,22 @@ def test_explicit_precisions_and_gpu_auto(cpuinfo):
     assert resolve_dtype("auto", torch.device("mps"), ["m-x2"]) == torch.float16  # GPU choices unchanged
 
 
-def test_engine_resolves_per_scale_and_passes_precision_to_its_networks(weights_dir, cpuinfo, record):
+def test_the_record_is_only_for_the_shipped_files(tiny_x2):
+    from sr.inference.precision import record_name
+    from sr.weights import describe
+
+    assert record_name(describe(sr_weights.WEIGHTS_DIR / "asa-base-x2.safetensors")) == "asa-base-x2"
+    assert "asa-base-x2" in precision.BF16_PSNR_COST_DB
+    assert record_name(describe(tiny_x2)) is None
+
+
+def test_engine_resolves_per_scale_and_passes_precision_to_its_networks(weights_dir, cpuinfo, record,
+                                                                        monkeypatch):
     cpuinfo(XEON_AMX)
     record({"tiny-x2": 0.002, "tiny-x3": 0.05})
+    off_record = Upscaler("tiny", device="cpu", weights_dir=weights_dir)  # not the package's files
+    assert off_record.dtype_for(2) == torch.float32
+    monkeypatch.setattr(sr_weights, "WEIGHTS_DIR", weights_dir)  # as if they were the package's own files
     up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1)
     assert [up.dtype_for(s) for s in (2, 3, 4)] == [torch.bfloat16, torch.float32, torch.float32]
     assert up.dtype == torch.bfloat16
