@@ -30,12 +30,11 @@ MAX_BF16_COST_DB = 0.01
 #   sr eval --hr D/valid D/benchmark/Set5 D/benchmark/Set14 --scale S --model NAME --device cpu -q \
 #       --precision fp32|bf16
 # (docs/inference.md#precision-bf16-on-cpus-with-amx has the per-set figures). A model not listed here
-# (your own weights, even under a shipped name, or a scale not measured yet) runs fp32 under auto:
-# its cost is unknown.
+# (your own weights, even under a shipped name) runs fp32 under auto: its cost is unknown.
 BF16_PSNR_COST_DB: dict[str, float] = {
-    "asa-base-x2": 0.0080,
-    "asa-deep-x2": 0.0076,
-    "photo-x2": 0.0048,
+    "asa-base-x2": 0.0080, "asa-base-x3": 0.0036, "asa-base-x4": 0.0015,
+    "asa-deep-x2": 0.0076, "asa-deep-x3": 0.0047, "asa-deep-x4": 0.0045,
+    "photo-x2": 0.0048, "photo-x3": 0.0044, "photo-x4": 0.0031,
 }
 
 
