@@ -7,6 +7,7 @@ does not depend on them). The two take turns image by image, so that load from o
 them alike; each image's time is the fastest of ``--rounds``, and output MP/s is total output pixels
 over the summed times. The ratio (ours / IMDN) is the figure to quote; lone MP/s vary with the
 machine's load. Parameters and MACs (1280x720 output) are printed beside the speeds.
+``--precision bf16`` runs both networks in bf16 (default fp32).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from sr import DEFAULT_MODEL
 from sr.bench.attention import set_threads, write_json
+from sr.commands.precision import add_precision_argument
 from sr.errors import CLIError
 
 from ._script import run_script
@@ -40,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=2, help="timed passes per image and network (default 2)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1; 0 = torch's default)")
+    add_precision_argument(p, default="fp32", note=" (both networks run in it; auto: what the engine "
+                                                   "picks for each of our scales)")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
 
 
@@ -70,12 +74,12 @@ def _parse_scales(text: str) -> list[int]:
     return list(dict.fromkeys(scales))
 
 
-def _our_networks(model: str, scales: list[int]):
+def _our_networks(model: str, scales: list[int], precision: str = "fp32"):
     """(the engine, {scale: (name, network)}) for the scales of ``scales`` that the model has."""
     from sr.inference import UpscaleError, Upscaler
 
     try:
-        up = Upscaler(model, device="cpu", tile=0)
+        up = Upscaler(model, device="cpu", tile=0, precision=precision)
     except UpscaleError as e:
         raise CLIError(str(e)) from None
     have = [s for s in scales if s in up.scales]
@@ -96,6 +100,7 @@ def table(rows: list[PeerRow]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sr.inference.precision import precision_name
     from sr.models import count_macs, count_params
 
     from .imdn import IMDN
@@ -106,12 +111,14 @@ def run(args: argparse.Namespace) -> int:
     scales = _parse_scales(args.scales)
     if not Path(args.hr).is_dir():
         raise CLIError(f"--hr {args.hr}: no such folder")
-    engine, ours = _our_networks(args.model, scales)
+    engine, ours = _our_networks(args.model, scales, args.precision)
     rows = []
     for s, (name, net) in ours.items():
         # both networks in the engine's memory format (channels-last on CPU: oneDNN's native layout)
-        imdn = IMDN(s).eval().to(memory_format=engine.memory_format)
-        inputs = [x.to(memory_format=engine.memory_format)
+        # and in the dtype the engine runs ours in
+        dtype = engine.dtype_for(s)
+        imdn = IMDN(s).eval().to(dtype=dtype, memory_format=engine.memory_format)
+        inputs = [x.to(dtype=dtype, memory_format=engine.memory_format)
                   for x in _lr_inputs(args.hr, s, args.images if args.images is not None else 10**9)]
         with torch.inference_mode():
             net(inputs[0])
@@ -119,11 +126,12 @@ def run(args: argparse.Namespace) -> int:
         mine, theirs = _time_side_by_side([net, imdn], inputs, args.rounds, s)
         rows.append(PeerRow(s, name, count_params(net), count_params(imdn), count_macs(net) / 1e9,
                             count_macs(imdn) / 1e9, len(inputs), mine, theirs))
-        print(f"  x{s}: {name} {mine:.3f} MP/s, IMDN {theirs:.3f} MP/s ({mine / theirs:.2f}x)", flush=True)
+        print(f"  x{s}: {name} {mine:.3f} MP/s, IMDN {theirs:.3f} MP/s ({mine / theirs:.2f}x, "
+              f"{precision_name(dtype)})", flush=True)
     print(f"{torch.get_num_threads()} CPU thread(s), LR of {args.hr}")
     print(table(rows))
     if args.json:
-        write_json(args.json, {"threads": torch.get_num_threads(), "hr": args.hr,
+        write_json(args.json, {"threads": torch.get_num_threads(), "hr": args.hr, "precision": args.precision,
                                "rows": [{**asdict(r), "ratio": r.ratio} for r in rows]})
     return 0
 

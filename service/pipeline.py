@@ -92,10 +92,11 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
     plan_work(engine, img.width, img.height, req)
     _check_stop(req)
     t1 = time.perf_counter()
-    # source: the upload's bytes, from which model "auto" tells lossy from lossless
+    # source: the upload's bytes, from which model "auto" tells lossy from lossless; quantize: the
+    # output as 8/16-bit samples, what the encoder takes, without a full-size float32 copy
     res = engine.upscale(img, scale=req.scale, outscale=req.outscale, width=req.width, height=req.height,
                          with_budget_map=req.budget_map or req.keep_budget_map, tta=req.tta,
-                         should_stop=req.should_stop, source=req.data)
+                         should_stop=req.should_stop, source=req.data, quantize=True)
     _check_stop(req)
     t2 = time.perf_counter()
     if req.budget_map:

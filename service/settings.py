@@ -27,6 +27,7 @@ class SettingsError(ValueError):
 class Settings:
     model: str = DEFAULT_CHOICE                # family name in weights_dir, "auto", or a .safetensors path
     device: str = "auto"                      # auto | cpu | cuda | cuda:N | mps
+    precision: str = "auto"                   # auto | fp32 | bf16 (sr.inference.precision)
     workers: int = 1                          # inference jobs running at once (threads, one model)
     max_queue: int = 4                        # jobs allowed to wait for a worker; more -> 503
     max_upload_bytes: int = 20 * 2**20        # size of the uploaded file
@@ -63,6 +64,7 @@ class Settings:
         for ok, message in checks:
             if not ok:
                 raise SettingsError(message)
+        object.__setattr__(self, "precision", parse_precision(self.precision))
         if self.api_key is not None:  # set, even to "": someone meant to require a key
             check_api_key(self.api_key)
 
@@ -142,6 +144,17 @@ def parse_tile(raw: str) -> int | str:
     return value
 
 
+def parse_precision(raw: str) -> str:
+    """auto, fp32 or bf16 (the engine's own check, as a SettingsError)."""
+    from sr.inference.precision import PrecisionError
+    from sr.inference.precision import parse_precision as engine_precision
+
+    try:
+        return engine_precision(raw)
+    except PrecisionError as e:
+        raise SettingsError(str(e)) from None
+
+
 def parse_origins(raw: str) -> tuple[str, ...]:
     return tuple(o.strip() for o in raw.split(",") if o.strip())
 
@@ -149,6 +162,7 @@ def parse_origins(raw: str) -> tuple[str, ...]:
 ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "model": ("SR_MODEL", str),
     "device": ("SR_DEVICE", str),
+    "precision": ("SR_PRECISION", parse_precision),
     "workers": ("SR_WORKERS", _int),
     "max_queue": ("SR_MAX_QUEUE", _int),
     "max_upload_bytes": ("SR_MAX_UPLOAD_BYTES", _int),

@@ -204,6 +204,9 @@ class DecodedImage:
 
     ``pixels`` is float32 (H, W, C) in [0, 1] with C = 1 (gray) or 3 (colour); a 2-D array is taken
     as gray. ``alpha`` is float32 (H, W) or None. ``bit_depth`` 16 means: write back as 16-bit PNG.
+    Pixels may instead be integer samples, uint8 for 8-bit and uint16 for 16-bit images (what
+    ``Upscaler.upscale(..., quantize=True)`` returns: a quarter of float32's memory); alpha, if
+    any, is then samples of the same type. Decoding always gives float32.
     """
 
     pixels: np.ndarray
@@ -214,21 +217,30 @@ class DecodedImage:
     mode: str | None = None
 
     def __post_init__(self) -> None:
-        px = np.asarray(self.pixels, dtype=np.float32)
+        if self.bit_depth not in (8, 16):
+            raise ValueError(f"bit_depth must be 8 or 16, got {self.bit_depth}")
+        samples = SAMPLE_TYPES[self.bit_depth]
+        px = self.pixels
+        if not (isinstance(px, np.ndarray) and px.dtype == samples):
+            if isinstance(px, np.ndarray) and px.dtype.kind in "ui":
+                raise ValueError(f"{self.bit_depth}-bit integer pixels must be {np.dtype(samples)}, "
+                                 f"got {px.dtype}")
+            px = np.asarray(px, dtype=np.float32)
         if px.ndim == 2:
             px = px[:, :, None]
         if px.ndim != 3 or px.shape[2] not in (1, 3):
             raise ValueError(f"pixels must be (H, W, 1) or (H, W, 3), got shape {px.shape}")
         self.pixels = px
         if self.alpha is not None:
-            a = np.asarray(self.alpha, dtype=np.float32)
+            a = self.alpha
+            if px.dtype != np.float32 and not (isinstance(a, np.ndarray) and a.dtype == px.dtype):
+                raise ValueError(f"alpha must be {px.dtype} samples like the pixels")
+            a = np.asarray(a, dtype=px.dtype)
             if a.ndim == 3 and a.shape[2] == 1:
                 a = a[:, :, 0]
             if a.shape != px.shape[:2]:
                 raise ValueError(f"alpha must be {px.shape[:2]}, got shape {a.shape}")
             self.alpha = a
-        if self.bit_depth not in (8, 16):
-            raise ValueError(f"bit_depth must be 8 or 16, got {self.bit_depth}")
 
     @property
     def height(self) -> int:
@@ -611,7 +623,9 @@ def _decode(data: bytes, path: str | None, max_pixels: int | None) -> DecodedIma
         values, alpha, depth, icc = _decode_standard(im, icc, path)
     maxv = np.float32(65535 if depth == 16 else 255)
     orientation = _orientation(im)
-    pixels = _orient(values.astype(np.float32) / maxv, orientation)
+    pixels = values.astype(np.float32)
+    pixels /= maxv  # in place: a 12 MP photo's float32 copy is 144 MB, a second one would double it
+    pixels = _orient(pixels, orientation)
     if alpha is not None:
         alpha = _orient(alpha.astype(np.float32) / maxv, orientation)
     return DecodedImage(pixels, alpha, depth, icc, fmt, mode)
@@ -804,11 +818,12 @@ def encode_image(img: DecodedImage, format: str = "png", quality: int = 95) -> b
     icc = _matching_icc(img.icc_profile, img.is_gray)
     colour, alpha = img.pixels, img.alpha
     if fmt == "jpeg" and alpha is not None:
+        colour, alpha = to_float(colour), to_float(alpha)
         colour, alpha = colour * alpha[..., None] + (1.0 - alpha[..., None]), None  # composite on white
     planes = colour if alpha is None else np.concatenate([colour, alpha[..., None]], axis=2)
     if fmt == "png" and img.bit_depth == 16:
-        return encode_png16(_quantize(planes, 65535, np.uint16), icc)
-    samples = _quantize(planes, 255, np.uint8)
+        return encode_png16(quantize(planes, np.uint16), icc)
+    samples = quantize(planes, np.uint8)
     pil = Image.fromarray(samples[..., 0] if samples.shape[2] == 1 else samples)
     options: dict[str, object] = {"icc_profile": icc} if icc else {}
     if fmt == "jpeg":
@@ -827,9 +842,34 @@ def encode_image(img: DecodedImage, format: str = "png", quality: int = 95) -> b
     return buf.getvalue()
 
 
-def _quantize(x: np.ndarray, maxv: int, dtype: type) -> np.ndarray:
-    x = np.nan_to_num(np.asarray(x, dtype=np.float32), nan=0.0)
-    return np.rint(np.clip(x, 0.0, 1.0) * np.float32(maxv)).astype(dtype)
+SAMPLE_TYPES = {8: np.uint8, 16: np.uint16}  # bit depth -> the integer type of its samples
+
+
+def quantize(x: np.ndarray, dtype: type) -> np.ndarray:
+    """Float samples in [0, 1] (clipped; NaN -> 0) to uint8 or uint16, rounded to nearest. Integer
+    samples are returned as they are when already ``dtype``, else rescaled through float."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.uint8, np.uint16):
+        raise ValueError(f"samples are uint8 or uint16, not {dtype}")
+    if x.dtype == dtype:
+        return x
+    if x.dtype.kind in "ui":
+        x = to_float(x)
+    maxv = np.float32(np.iinfo(dtype).max)
+    # One float32 working copy, then in place: each step of a chained expression would allocate
+    # another image-sized temporary (the same values either way).
+    y = np.nan_to_num(np.asarray(x, dtype=np.float32), nan=0.0, copy=True)
+    np.clip(y, 0.0, 1.0, out=y)
+    y *= maxv
+    np.rint(y, out=y)
+    return y.astype(dtype)
+
+
+def to_float(x: np.ndarray) -> np.ndarray:
+    """uint8/uint16 samples to float32 in [0, 1]; float input as float32."""
+    if x.dtype.kind in "ui":
+        return x.astype(np.float32) / np.float32(np.iinfo(x.dtype).max)
+    return np.asarray(x, dtype=np.float32)
 
 
 def _matching_icc(icc: bytes | None, gray: bool) -> bytes | None:

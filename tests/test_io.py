@@ -28,6 +28,7 @@ from sr.io import (
     encode_png16,
     format_from_path,
     normalize_format,
+    quantize,
     read_image,
     read_size,
     suffix_for,
@@ -849,6 +850,8 @@ def test_a_new_format_is_one_row(tmp_path, monkeypatch):
     assert sr.service.pipeline.mime_types()["tga"] == "image/x-tga"
     assert sr.service.pipeline.output_format("same", "TGA") == "tga"
     assert sr.service.pipeline.looks_like_image((tmp_path / "a.tga").read_bytes())
+
+
 # ------------------------------------------------------------------------------ decode-cost limits
 
 
@@ -940,3 +943,45 @@ def test_multi_page_tiff_is_refused_from_its_directory_chain():
         looped = (b"II*\x00" if order == "<" else b"MM\x00*") + struct.pack(order + "IH", 8, 0) \
             + struct.pack(order + "I", 8)
         check_decode_cost(looped)
+
+
+def test_integer_samples_are_kept_and_checked_against_the_bit_depth():
+    px8 = np.array([[[0, 128, 255]]], np.uint8)
+    img = DecodedImage(px8, alpha=np.array([[200]], np.uint8))
+    assert img.pixels is px8 and img.alpha.dtype == np.uint8
+    assert DecodedImage(px8.astype(np.uint16) * 257, bit_depth=16).pixels.dtype == np.uint16
+    with pytest.raises(ValueError, match="8-bit integer pixels must be uint8, got uint16"):
+        DecodedImage(px8.astype(np.uint16))
+    with pytest.raises(ValueError, match="alpha must be uint8 samples like the pixels"):
+        DecodedImage(px8, alpha=np.ones((1, 1), np.float32))
+
+
+@pytest.mark.parametrize("fmt", ["png", "jpg", "webp"])
+@pytest.mark.parametrize("depth", [8, 16])
+def test_samples_encode_to_the_same_bytes_as_their_float_values(fmt, depth):
+    """Without alpha: the same file (16-bit samples into 8-bit JPEG/WebP round twice, which lands on
+    the same 8-bit value unless a sample sits within 1/65535 of a rounding tie)."""
+    colour = np.random.default_rng(4).random((19, 21, 3), dtype=np.float32)
+    kind = np.uint16 if depth == 16 else np.uint8
+    samples = DecodedImage(quantize(colour, kind), bit_depth=depth)
+    assert encode_image(samples, fmt) == encode_image(DecodedImage(colour, bit_depth=depth), fmt)
+
+
+def test_samples_with_alpha_encode_like_floats_where_alpha_is_stored():
+    rng = np.random.default_rng(5)
+    colour, alpha = rng.random((9, 11, 3), dtype=np.float32), rng.random((9, 11), dtype=np.float32)
+    samples = DecodedImage(quantize(colour, np.uint8), alpha=quantize(alpha, np.uint8))
+    for fmt in ("png", "webp"):
+        assert encode_image(samples, fmt) == encode_image(DecodedImage(colour, alpha=alpha), fmt)
+    # JPEG composites on white: from samples it is what their float values give
+    floats_of_samples = DecodedImage(samples.pixels.astype(np.float32) / 255,
+                                     alpha=samples.alpha.astype(np.float32) / 255)
+    assert encode_image(samples, "jpg") == encode_image(floats_of_samples, "jpg")
+
+
+def test_quantize_rounds_clips_and_converts_between_sample_types():
+    x = np.array([-1.0, 0.0, 0.5 / 255, 0.51 / 255, 1.0, 2.0, np.nan], np.float32)
+    np.testing.assert_array_equal(quantize(x, np.uint8), [0, 0, 0, 1, 255, 255, 0])
+    assert quantize(np.array([65535, 0], np.uint16), np.uint8).tolist() == [255, 0]
+    with pytest.raises(ValueError, match="samples are uint8 or uint16"):
+        quantize(x, np.int32)

@@ -7,6 +7,7 @@ the model does not wait on decoding or encoding.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -16,9 +17,37 @@ from .report import Stats
 from .stages import read_input, upscale_input, write_output
 
 if TYPE_CHECKING:
+    from tqdm import tqdm
+
     from ..inference import Upscaler
+    from ..inference.tiling import ProgressFn
+    from ..io import DecodedImage
 
 _DONE = object()  # end-of-stream marker between the threads
+# Inputs of at least this many pixels get a second bar that advances per tile: at x2 on a CPU such
+# an image takes tens of seconds, and a batch bar that stands still that long looks hung.
+TILE_BAR_PIXELS = 4_000_000
+
+
+def tile_bar(job: Job, image: DecodedImage) -> tqdm | None:
+    """A per-tile bar under the batch bar for a large input (hidden when stderr is not a terminal)."""
+    from tqdm import tqdm
+
+    if image.width * image.height < TILE_BAR_PIXELS:
+        return None
+    return tqdm(total=1, unit="tile", desc=job.src.name, leave=False, position=1, disable=None,
+                file=sys.stderr, dynamic_ncols=True)
+
+
+def tile_progress(bar: tqdm) -> ProgressFn:
+    """The engine's progress callback, drawn on ``bar`` (a chained model pass starts it again)."""
+
+    def update(done: int, total: int) -> None:
+        if total != bar.total or done < bar.n:
+            bar.reset(total=total)
+        bar.update(done - bar.n)
+
+    return update
 
 
 def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
@@ -71,7 +100,13 @@ def run_local(up: Upscaler, todo: list[Job], stats: Stats, opts: BatchOptions) -
             del item
             output = None
             if problem is None:
-                output, problem = upscale_input(up, image, job, opts)
+                bar = tile_bar(job, image)
+                try:
+                    progress = tile_progress(bar) if bar is not None else None
+                    output, problem = upscale_input(up, image, job, opts, progress=progress)
+                finally:
+                    if bar is not None:
+                        bar.close()
             del image
             if problem is not None:
                 stats.fail(job.src, problem)

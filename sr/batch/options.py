@@ -37,6 +37,7 @@ class BatchOptions:
     device: str = "auto"
     threads: int | None = None
     attention_path: str = "auto"
+    precision: str = "auto"  # auto | fp32 | bf16 (sr.inference.precision)
     compile: bool = False
     format: str = "png"  # a writable format's user name, or "same"
     quality: int = 95

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..io import DecodedImage
+from ..io import DecodedImage, to_float
 
 
 @dataclass(eq=False)  # array field: == would be ambiguous
@@ -43,6 +43,10 @@ def pack(img: DecodedImage, flatten_alpha: bool = False) -> Samples:
     """``img`` as integers at its bit depth. ``flatten_alpha``: composite alpha on white first, as
     the JPEG encoder does (for an output that is written as JPEG)."""
     colour, alpha = img.pixels, img.alpha
+    if colour.dtype != np.float32 and (alpha is None or not flatten_alpha):  # the engine's samples already
+        planes = colour if alpha is None else np.concatenate([colour, alpha[..., None]], axis=2)
+        return Samples(planes, alpha is not None, img.bit_depth, img.icc_profile, img.format, img.mode)
+    colour, alpha = to_float(colour), None if alpha is None else to_float(alpha)
     if flatten_alpha and alpha is not None:
         colour, alpha = colour * alpha[..., None] + (1.0 - alpha[..., None]), None
     planes = colour if alpha is None else np.concatenate([colour, alpha[..., None]], axis=2)
@@ -53,7 +57,10 @@ def pack(img: DecodedImage, flatten_alpha: bool = False) -> Samples:
 
 
 def unpack(s: Samples) -> DecodedImage:
-    """The float image again, divided as ``sr.io`` divides when it decodes."""
+    """The image again: without alpha its integer samples as they are (the encoder takes them, and a
+    big output stays a quarter of float32's size); with alpha the floats, divided as ``sr.io`` does."""
+    if not s.has_alpha:
+        return DecodedImage(s.planes, None, s.bit_depth, s.icc_profile, s.format, s.mode)
     values = s.planes.astype(np.float32) / np.float32(_maxv(s.bit_depth))
     colour, alpha = (values[..., :-1], values[..., -1]) if s.has_alpha else (values, None)
     return DecodedImage(colour, alpha, s.bit_depth, s.icc_profile, s.format, s.mode)

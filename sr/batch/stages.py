@@ -19,6 +19,7 @@ from .samples import Samples, pack, unpack
 
 if TYPE_CHECKING:  # annotations only: the engine is imported by the functions that use it
     from ..inference import Upscaler, UpscaleResult
+    from ..inference.tiling import ProgressFn
     from ..io import DecodedImage
 
 NO_BUDGET_MAPS = "sr upscale: the model has no adaptive attention: no budget maps"
@@ -34,7 +35,8 @@ def make_upscaler(
     return Upscaler(model if model is not None else opts.model, device=device or opts.device,
                     tile=opts.tile_size, tile_overlap=opts.tile_overlap,
                     threads=threads if threads is not None else opts.threads,
-                    attention_path=opts.attention_path, compile=opts.compile, denoise=opts.denoise)
+                    attention_path=opts.attention_path, compile=opts.compile, denoise=opts.denoise,
+                    precision=opts.precision)
 
 
 def read_input(job: Job, max_pixels: int) -> tuple[DecodedImage | None, str | None]:
@@ -65,16 +67,18 @@ class Output:
 
 
 def upscale_input(
-    up: Upscaler, image: DecodedImage, job: Job, opts: BatchOptions
+    up: Upscaler, image: DecodedImage, job: Job, opts: BatchOptions, progress: ProgressFn | None = None
 ) -> tuple[Output | None, str | None]:
     """Upscale one decoded image with the batch's options: (Output, None) or (None, the reason).
-    ``job.src`` is the file ``--model auto`` reads its compression from."""
+    ``job.src`` is the file ``--model auto`` reads its compression from. The engine streams its tiles
+    into 8/16-bit samples (``quantize``): a quarter of float32's memory for a big photo."""
     from ..inference import UpscaleError
 
     try:
         result = up.upscale(image, scale=opts.scale, outscale=opts.outscale, width=opts.width,
                             height=opts.height, alpha_mode=opts.alpha_mode,
-                            with_budget_map=opts.save_budget_map, tta=opts.tta, source=job.src)
+                            with_budget_map=opts.save_budget_map, tta=opts.tta, source=job.src,
+                            quantize=True, progress=progress)
     except UpscaleError as e:
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - e.g. out of memory on a huge image: next file

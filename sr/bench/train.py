@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -101,16 +102,24 @@ class Step:
 PROFILED_STEPS = 2
 
 
-def profile_ops(step: Step, lr: torch.Tensor, hr: torch.Tensor, top: int) -> list[dict]:
-    """The ``top`` operators by self CPU time over ``PROFILED_STEPS`` steps, per step."""
+def profile_ops(step: Callable[[], object], top: int) -> list[dict]:
+    """The ``top`` operators by self CPU time over ``PROFILED_STEPS`` calls of ``step``, per call
+    (also ``sr bench upscale --profile``'s table)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(PROFILED_STEPS):
-            step(lr, hr)
+            step()
     ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     return [{"op": e.key, "self_ms": e.self_cpu_time_total / 1000 / PROFILED_STEPS,
              "calls": e.count / PROFILED_STEPS} for e in ops[:top]]
+
+
+def print_profile(title: str, ops: list[dict], per: str = "step") -> None:
+    """:func:`profile_ops`'s rows as a table under ``title``."""
+    print(f"\n{title}: top {len(ops)} operators, self CPU ms per {per} (calls per {per})")
+    for o in ops:
+        print(f"  {o['op']:<40}{o['self_ms']:>9.1f}  ({o['calls']:g})")
 
 
 def _names(text: str, known, what: str) -> list[str]:
@@ -191,10 +200,8 @@ def run(args: argparse.Namespace) -> int:
                       f"{r.step_ms / first[(r.preset, r.attention)]:.2f}x {layouts[0]}'s")
     profiles = {}
     for cfg in configs if args.profile else []:
-        profiles["/".join(cfg)] = ops = profile_ops(steps[cfg], lr, hr, args.profile)
-        print(f"\n{' / '.join(cfg)}: top {len(ops)} operators, self CPU ms per step (calls per step)")
-        for o in ops:
-            print(f"  {o['op']:<40}{o['self_ms']:>9.1f}  ({o['calls']:g})")
+        profiles["/".join(cfg)] = ops = profile_ops(lambda cfg=cfg: steps[cfg](lr, hr), args.profile)
+        print_profile(" / ".join(cfg), ops)
     if args.json:
         payload = {"config": run_config(args, device), "results": [asdict(r) for r in results]}
         write_json(args.json, {**payload, "profile": profiles} if profiles else payload)

@@ -8,6 +8,11 @@ images: the first pass meets each image size for the first time, the second only
 so the two tell per-shape setup (such as cuDNN building a plan for every new convolution shape on
 CUDA) from the steady-state speed.
 
+``--precision fp32,bf16`` runs each model once per precision, side by side: image by image, the arms
+take turns (in rotating order), so a machine whose load changes during the run slows every arm
+alike. Each arm's row gives its speed relative to the first arm and the PSNR of its outputs against
+the first arm's (float, unrounded).
+
 ``--ray`` compares the whole ``sr upscale`` command instead, local against ``--ray`` (a local Ray, or
 RAY_ADDRESS's cluster, with ``--ray-actors`` actors of one thread each), on the same folder of LR
 images: output MP/s, wall time and peak memory (PSS summed over the command's process tree: driver,
@@ -43,11 +48,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tile", default="auto", help="tile size for the models: auto, 0 (off) or pixels")
     p.add_argument("--attention-path", default="auto", choices=("auto", "tiered", "static"),
                    help="routed attention's inference path (default auto: tiered on CPU, static elsewhere)")
+    p.add_argument("--precision", default="auto", metavar="LIST",
+                   help="comma-separated precisions to compare side by side, e.g. fp32,bf16 (auto, fp32, "
+                        "bf16; default auto): rows give speed and output PSNR relative to the first")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="with --precision: also profile each arm on the largest image (torch.profiler) and "
+                        "list its N costliest operators, self CPU ms per image")
     p.add_argument("--max-images", type=int, default=None, help="use only the first N images")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON ('-' = stdout)")
     p.add_argument("--repeat", action="store_true",
                    help="also time a second pass over the same images (sizes already seen): per-shape "
-                        "setup shows as a first pass slower than the second")
+                        "setup shows as a first pass slower than the second (one --precision only)")
     p.add_argument("--ray", action="store_true",
                    help="instead of model vs bicubic: the sr upscale command on the LR folder, local vs "
                         "--ray, MP/s and peak memory side by side (needs the cluster extra)")
@@ -94,6 +105,71 @@ def _time(fn, inputs: list, out_pixels: list[int], passes: int = 1) -> tuple[lis
     return seconds, sum(out_pixels) / 1e6
 
 
+def _time_arms(fns: list, inputs: list, out_pixels: list[int]) -> tuple[list[float], float, list[list]]:
+    """(seconds per arm, output megapixels, outputs per arm) for fns over the same inputs: one
+    untimed warm-up call each, then each input through every arm in turn, the order rotating from
+    one input to the next, so slow phases of a loaded machine land on every arm alike."""
+    for fn in fns:
+        fn(inputs[0])
+    seconds = [0.0] * len(fns)
+    outputs: list[list] = [[] for _ in fns]
+    for n, x in enumerate(inputs):
+        for k in range(len(fns)):
+            arm = (n + k) % len(fns)
+            start = time.perf_counter()
+            outputs[arm].append(fns[arm](x))
+            seconds[arm] += time.perf_counter() - start
+    return seconds, sum(out_pixels) / 1e6, outputs
+
+
+def parse_precisions(text: str) -> list[str]:
+    """'fp32,bf16' -> ['fp32', 'bf16'] (each checked; duplicates and empties refused)."""
+    from ..inference.precision import PrecisionError, parse_precision
+
+    names = [t.strip() for t in text.split(",")]
+    try:
+        parsed = [parse_precision(t) for t in names]
+    except PrecisionError as e:
+        raise CLIError(f"--precision: {e}") from None
+    if len(set(parsed)) != len(parsed):
+        raise CLIError(f"--precision lists a precision twice: {text!r}")
+    return parsed
+
+
+def _precision_rows(name: str, ups: list, decoded: list, out_px: list[int], profile: int = 0) -> list[dict]:
+    """One row per precision arm of one model, timed side by side (:func:`_time_arms`); with
+    ``profile``, each arm's costliest operators on the largest image (``profile`` key)."""
+    import numpy as np
+
+    from ..inference.precision import precision_name
+    from ..metrics import float_psnr
+
+    s = ups[0].scales[0]
+    fns = [lambda d, up=up: up.upscale(d, scale=s).image.pixels for up in ups]
+    seconds, mp, outputs = _time_arms(fns, decoded, out_px)
+    rows = []
+    for k, up in enumerate(ups):
+        psnr = float(np.mean([float_psnr(a, b) for a, b in zip(outputs[k], outputs[0], strict=True)]))
+        precision = precision_name(up.dtype_for(s))
+        label = f"{Path(name).stem} {precision}"
+        rows.append({"method": label, "scale": s, "images": len(decoded), "output_mp": round(mp, 3),
+                     "seconds": round(seconds[k], 3), "mp_per_s": round(mp / seconds[k], 4),
+                     "device": str(up.device), "threads": up.threads, "attention_path": up.attention_path,
+                     "precision": precision, "speedup": round(seconds[0] / seconds[k], 3),
+                     "psnr_vs_first": None if k == 0 else round(psnr, 2)})
+        print(f"  {label} x{s}: {mp / seconds[k]:.3f} MP/s ({seconds[0] / seconds[k]:.2f}x the first)",
+              file=sys.stderr, flush=True)
+    if profile:
+        from .train import print_profile, profile_ops
+
+        largest = max(decoded, key=lambda d: d.width * d.height)
+        for k, row in enumerate(rows):
+            row["profile"] = profile_ops(lambda f=fns[k]: f(largest), profile)
+            print_profile(f"{row['method']} x{s}, {largest.width}x{largest.height} input", row["profile"],
+                          per="image")
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     import numpy as np
     from PIL import Image
@@ -109,17 +185,24 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--tile must be auto, 0 or a number of pixels, got {args.tile!r}")
     if args.ray:
         return _ray_vs_local(args, tile)
+    precisions = parse_precisions(args.precision)
+    if args.repeat and len(precisions) > 1:
+        raise CLIError("--repeat times one precision: give one --precision, or drop --repeat")
+    if args.profile < 0 or (args.profile and len(precisions) < 2):
+        raise CLIError("--profile N (N >= 1) goes with --precision listing two or more, e.g. fp32,bf16")
     images = _load_images(Path(args.images), args.max_images)
-    models = []
+    models, arms = [], {}
     for name in args.model or DEFAULT_MODELS:
         try:
-            up = Upscaler(name, device=args.device, tile=tile, threads=args.threads,
-                          attention_path=args.attention_path)
+            ups = [Upscaler(name, device=args.device, tile=tile, threads=args.threads,
+                            attention_path=args.attention_path, precision=p) for p in precisions]
         except UpscaleError as e:
             raise CLIError(f"{e}" + ("" if args.model else " (pass --model NAME_OR_PATH)")) from None
+        up = ups[0]
         if len(up.scales) != 1:
             raise CLIError(f"--model {name!r} is a family ({up.scales}); name one scale, e.g. {name}-x2")
         models.append((name, up))
+        arms[name] = ups
 
     if args.sweep_tile is not None:
         rows = _sweep(models, images, args.sweep_tile, args.sweep_overlaps)
@@ -134,8 +217,11 @@ def run(args: argparse.Namespace) -> int:
         decoded = [DecodedImage(lr.astype(np.float32) / 255) for lr in lrs]
         floats = [d.pixels for d in decoded]
         pils = [Image.fromarray(lr) for lr in lrs]
-        methods = [
-            (Path(name).stem, lambda d, up=up, s=s: up.upscale(d, scale=s), decoded),
+        if len(arms[name]) > 1:
+            rows += _precision_rows(name, arms[name], decoded, out_px, args.profile)
+        methods = [] if len(arms[name]) > 1 else [
+            (Path(name).stem, lambda d, up=up, s=s: up.upscale(d, scale=s), decoded)]
+        methods += [
             ("bicubic (sr imresize)", lambda x, s=s: imresize(x, s), floats),
             ("bicubic (PIL)", lambda im, s=s: im.resize((im.width * s, im.height * s), Image.BICUBIC), pils),
         ]
@@ -154,15 +240,27 @@ def run(args: argparse.Namespace) -> int:
     header = f"{'method':<26} {'scale':>5} {'images':>6} {'out MP':>8} {'seconds':>8} {'MP/s':>9}"
     if args.repeat:
         header += f" {'MP/s again':>10}"
+    sided = len(precisions) > 1
+    if sided:
+        header += f" {'speed-up':>8} {'dB vs first':>11}"
     print(f"{len(images)} images from {args.images}; {models[0][1].threads} CPU thread(s)")
     print(header)
     print("-" * len(header))
     for r in rows:
         print(f"{r['method']:<26} {r['scale']:>5} {r['images']:>6} {r['output_mp']:>8.2f} "
               f"{r['seconds']:>8.2f} {r['mp_per_s']:>9.3f}"
-              + (f" {r['mp_per_s_repeat']:>10.3f}" if args.repeat else ""))
+              + (f" {r['mp_per_s_repeat']:>10.3f}" if args.repeat else "")
+              + (_sided_cells(r) if sided else ""))
     _write_json(rows, args.json)
     return 0
+
+
+def _sided_cells(row: dict) -> str:
+    """The speed-up and PSNR-vs-first cells of a precision arm's row (blank for bicubic rows)."""
+    if "speedup" not in row:
+        return ""
+    db = row["psnr_vs_first"]
+    return f" {row['speedup']:>7.2f}x {'-' if db is None else f'{db:.2f}':>11}"
 
 
 def _write_json(rows: list[dict], target: str | None) -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CLIError
+from .precision import add_precision_argument
 
 if TYPE_CHECKING:
     import torch
@@ -71,6 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", metavar="FILE", help="write per-image and per-set results as CSV")
     p.add_argument("--save", metavar="DIR", help="save SR images as PNG under DIR/<set>/")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    add_precision_argument(p, default="fp32", note=" (fp32 is the protocol; compare a bf16 run "
+                                                   "with it to measure bf16's cost)")
     p.add_argument("--budget", type=float, metavar="K",
                    help="adaptive attention: mean key regions per query region at inference (0 = skip "
                         "attention; default: as trained)")
@@ -118,13 +121,18 @@ def pick_device(name: str) -> torch.device:
 
 
 def load_model(
-    name: str, scale: int, device: torch.device, tta: bool = False, budget: float | None = None
+    name: str, scale: int, device: torch.device, tta: bool = False, budget: float | None = None,
+    precision: str = "fp32",
 ) -> tuple[UpscaleFn, str]:
     """(upscale function, description) for --model; weights are checked against --scale.
 
     ``budget`` overrides the adaptive attention's mean number of key regions per query region.
+    ``precision``: the network's dtype, as the engine resolves it for this model (auto included).
     """
+    import torch
+
     from ..evaluation import model_upscaler
+    from ..inference.precision import PrecisionError, precision_name, record_name, resolve_dtype
     from ..weights import WeightsError, find_models, loaded
 
     try:
@@ -140,12 +148,17 @@ def load_model(
         raise CLIError(f"{e} (or use --model bicubic)") from None
     if budget is not None:
         set_budget(model, budget)
-    net = model.net.to(device)
+    try:
+        dtype = resolve_dtype(precision, device, [record_name(model)])
+    except PrecisionError as e:
+        raise CLIError(str(e)) from None
+    net = model.net.to(device=device, dtype=dtype)
     label = model.meta.get("name") or model.name
     extras = ", x8 self-ensemble" if tta else ""
+    extras += f", {precision_name(dtype)}" if dtype != torch.float32 else ""
     extras += f", attention budget {budget:g}" if budget is not None else ""
     desc = f"{label} ({model.path}, {model.params:,} params, {device}{extras})"
-    return model_upscaler(net, device, tta), desc
+    return model_upscaler(net, device, tta, dtype), desc
 
 
 def set_budget(model: ModelDescriptor, budget: float) -> None:
@@ -349,7 +362,8 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError("--tta and --budget need a model, not bicubic")
         upscale, model_desc = None, "bicubic (MATLAB imresize)"
     else:
-        upscale, model_desc = load_model(args.model, scale, device, args.tta, args.budget)
+        upscale, model_desc = load_model(args.model, scale, device, args.tta, args.budget,
+                                         getattr(args, "precision", "fp32"))
 
     set_levels: dict[str, str] = {}
     if targets is not None:

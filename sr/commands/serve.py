@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .. import AUTO_MODEL, DEFAULT_CHOICE, PHOTO_MODEL
 from ..errors import CLIError
+from .precision import add_precision_argument
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       f"[SR_MODEL; {DEFAULT_CHOICE}]")
     a("--weights-dir", default=None, help="folder of <model>-x<scale>.safetensors [SR_WEIGHTS_DIR]")
     a("--device", default=None, help="auto | cpu | cuda | cuda:N | mps [SR_DEVICE; auto]")
+    add_precision_argument(p, default=None, note=" [SR_PRECISION; auto]")
     a("--workers", type=int, default=None, help="inference jobs run at once [SR_WORKERS; 1]")
     a("--queue", type=int, default=None, help="jobs that may wait for a worker; more: 503 [SR_MAX_QUEUE; 4]")
     a("--max-upload-mb", type=float, help="upload limit in MiB [SR_MAX_UPLOAD_BYTES (bytes); 20]")
@@ -51,9 +53,10 @@ def build_settings(args: argparse.Namespace):  # -> sr.service.settings.Settings
         weights_dir = Path(args.weights_dir) if args.weights_dir else None
         origins = parse_origins(args.cors_origins) if args.cors_origins is not None else None
         return base.replace(
-            model=args.model, weights_dir=weights_dir, device=args.device, workers=args.workers,
-            max_queue=args.queue, max_upload_bytes=upload, max_pixels=args.max_pixels, timeout_s=args.timeout,
-            api_key=args.api_key, threads=args.threads, tile=tile, cors_origins=origins,
+            model=args.model, weights_dir=weights_dir, device=args.device, precision=args.precision,
+            workers=args.workers, max_queue=args.queue, max_upload_bytes=upload, max_pixels=args.max_pixels,
+            timeout_s=args.timeout, api_key=args.api_key, threads=args.threads, tile=tile,
+            cors_origins=origins,
         )
     except (SettingsError, ValueError) as e:
         raise CLIError(str(e)) from None

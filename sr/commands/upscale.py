@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL, PHOTO_MODEL
+from .precision import add_precision_argument
 
 
 def format_choices() -> tuple[str, ...]:
@@ -72,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention-path", default="auto", choices=("auto", "tiered", "static"),
                    help="routed attention at inference: tiered (compute follows the budget; fastest on "
                         "CPU), static (fixed shapes, no host syncs; GPUs); auto = tiered on CPU only")
+    add_precision_argument(p)
     p.add_argument("--compile", action="store_true",
                    help="run the network through torch.compile (static path; the first tile of each "
                         "run pays the compilation; measured by sr bench paths)")

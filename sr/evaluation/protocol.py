@@ -151,21 +151,24 @@ def exact_fp32(device: torch.device) -> Iterator[None]:
 
 
 def model_upscaler(
-    model: torch.nn.Module, device: str | torch.device = "cpu", tta: bool = False
+    model: torch.nn.Module, device: str | torch.device = "cpu", tta: bool = False,
+    dtype: torch.dtype = torch.float32,
 ) -> UpscaleFn:
-    """Whole-image fp32 upscaler for evaluation: uint8 (H, W, 3) -> float (sH, sW, 3) in [0, 255].
+    """Whole-image upscaler for evaluation: uint8 (H, W, 3) -> float (sH, sW, 3) in [0, 255].
 
     ``tta``: the geometric self-ensemble (:mod:`sr.inference.ensemble`), the "+" rows of SR papers.
+    ``dtype``: what the input is cast to (the model must already be in it); fp32 is the protocol,
+    bf16 measures what running in bf16 costs.
     """
     from ..inference.ensemble import self_ensemble
 
     @torch.inference_mode()
     def run(lr: np.ndarray) -> np.ndarray:
         # torch.tensor copies: decoded images are often read-only arrays, which from_numpy warns about
-        x = torch.tensor(lr).permute(2, 0, 1)[None].float().div(255).to(device)
+        x = torch.tensor(lr).permute(2, 0, 1)[None].float().div(255).to(device=device, dtype=dtype)
         with exact_fp32(x.device):
             y = self_ensemble(lambda t: (model(t), None), x)[0] if tta else model(x)
-        y = y.clamp(0, 1).mul(255)
+        y = y.float().clamp(0, 1).mul(255)
         return y[0].permute(1, 2, 0).cpu().numpy()
 
     return run

@@ -26,12 +26,15 @@ import torch
 from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL
 from .. import weights as sr_weights
 from ..descriptor import ModelDescriptor
+from ..io import SAMPLE_TYPES, to_float
+from ..io import quantize as quantize_samples
 from ..models import ATTENTION_PATHS, SRNet, set_attention_path
-from .devices import DeviceError, available_memory, configure_threads, pick_dtype, resolve_device
+from .devices import DeviceError, available_memory, configure_threads, resolve_device
 from .ensemble import self_ensemble
 from .model_choice import AutoModel, ModelChoice, Source, check_denoise
+from .precision import PrecisionError, parse_precision, record_name, resolve_dtype
 from .resample import resize_to
-from .tiling import TileFn, min_tile, run_tiled
+from .tiling import ProgressFn, TileFn, min_tile, run_tiled
 
 ALPHA_MODES = ("bicubic", "model")
 # Default overlap between tiles in input pixels, from the PSNR-vs-overlap sweep of `sr bench upscale
@@ -46,7 +49,10 @@ MAX_OUTPUT_PIXELS = 2**28
 # keeps one tile's activations within a fraction of the free memory.
 ACTIVATION_BYTES_PER_CHANNEL_PX = 12
 AUTO_TILE_MEMORY_FRACTION = {"cpu": 0.25, "mps": 0.25, "cuda": 0.5}
-AUTO_TILE_MAX = {"cpu": 1024, "mps": 1024, "cuda": 2048}
+# CPU: 512 px, not more. A 512 px tile of asa-base-x2 holds ~290 MB of fp32 activations (VmHWM, issue
+# 43), a 1024 px one ~1.2 GB; with 512 a 4000x3000 photo to x2 stays within 1 GB of peak RSS (input,
+# 8-bit output canvas, one band of tile rows, one tile), and the overlap recomputed costs ~3% more.
+AUTO_TILE_MAX = {"cpu": 512, "mps": 1024, "cuda": 2048}
 # The static attention path scores every pooled region against every other (N^2 per tile), so its
 # auto tile stays smaller: 768 px at stride 2 and 4x4 regions is N = 2304, 21 MB of scores per image.
 AUTO_TILE_MAX_STATIC = 768
@@ -86,6 +92,7 @@ class _Loaded:
     scale: int
     align: int  # tile starts are multiples of this (attention stride x region/window)
     channels: int
+    dtype: torch.dtype  # what the network runs in (sr.inference.precision)
     forward: Any = None  # what runs the network: the net itself, or its torch.compile'd wrapper
 
 
@@ -141,6 +148,10 @@ class Upscaler:
 
     ``denoise`` (photo and auto only; default 1): D in [0, 1] runs the photo weights blended with
     the default family's of the same scale, every tensor (1 - D) * default + D * photo.
+
+    ``precision``: 'auto' (GPUs: bf16/fp16 as always; CPUs: bf16 where the CPU has AMX and the
+    model's measured bf16 cost is on record within 0.01 dB, else fp32), 'fp32' or 'bf16'
+    (:mod:`sr.inference.precision`); :meth:`dtype_for` tells what a scale runs in.
     """
 
     def __init__(
@@ -156,6 +167,7 @@ class Upscaler:
         tile_batch: int | None = None,
         shape_bucket: int | None = None,
         denoise: float | None = None,
+        precision: str = "auto",
     ) -> None:
         try:
             self.denoise = check_denoise(model, denoise)
@@ -164,12 +176,13 @@ class Upscaler:
         # what a sibling engine (auto's two sides) is built with: these same settings
         options = dict(tile=tile, tile_overlap=tile_overlap, weights_dir=weights_dir, threads=threads,
                        attention_path=attention_path, compile=compile, tile_batch=tile_batch,
-                       shape_bucket=shape_bucket)
+                       shape_bucket=shape_bucket, precision=precision)
         try:
             self.device = resolve_device(device)
-        except DeviceError as e:
+            self.precision = parse_precision(precision)
+            resolve_dtype(self.precision, self.device)  # a device that cannot run it fails here
+        except (DeviceError, PrecisionError) as e:
             raise UpscaleError(str(e)) from None
-        self.dtype = pick_dtype(self.device)
         if attention_path == "auto":  # measured: tiered on CPU, fixed shapes wherever a host sync costs
             attention_path = "tiered" if self.device.type == "cpu" else "static"
         if attention_path not in ATTENTION_PATHS:
@@ -272,14 +285,30 @@ class Upscaler:
                         desc = sr_weights.loaded(desc)
                 except sr_weights.WeightsError as e:
                     raise UpscaleError(str(e)) from None
-                net = desc.net.to(device=self.device, dtype=self.dtype, memory_format=self.memory_format)
+                dtype = self.dtype_for(scale)
+                net = desc.net.to(device=self.device, dtype=dtype, memory_format=self.memory_format)
                 net = net.eval().requires_grad_(False)
                 set_attention_path(net, self.attention_path)
                 # dynamic=True: one graph for every tile shape (the static path has no size branches)
                 forward = torch.compile(net, dynamic=True) if self.compile else net
-                loaded = _Loaded(net, desc.name, scale, desc.align, net.cfg.channels, forward)
+                loaded = _Loaded(net, desc.name, scale, desc.align, net.cfg.channels, dtype, forward)
                 self._models[scale] = loaded
         return loaded
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the smallest scale (the default one) runs in; :meth:`dtype_for` for any scale."""
+        return self.dtype_for(self.scales[0])
+
+    def dtype_for(self, scale: int) -> torch.dtype:
+        """The dtype the ``scale`` network runs in (from metadata: nothing is loaded). With
+        model="auto", the default family's (each side decides for itself)."""
+        if self._auto is not None:
+            return self._auto.engines[DEFAULT_MODEL].dtype_for(scale)
+        names = [record_name(self._descriptors[scale])]
+        if self._blend_base:  # a blend runs bf16 only where both of its files may
+            names.append(record_name(self._blend_base[scale]))
+        return resolve_dtype(self.precision, self.device, names)
 
     @property
     def k_max(self) -> float | None:
@@ -365,7 +394,7 @@ class Upscaler:
         if self.tile is None:
             return None
         if self.tile == "auto":
-            dtype_bytes = torch.finfo(self.dtype).bits // 8
+            dtype_bytes = torch.finfo(loaded.dtype).bits // 8
             per_px = ACTIVATION_BYTES_PER_CHANNEL_PX * loaded.channels * dtype_bytes
             per_px += 3 * loaded.scale**2 * 4 * 2  # the tile's output and its weighted copy
             budget = AUTO_TILE_MEMORY_FRACTION[self.device.type] * available_memory(self.device)
@@ -416,7 +445,7 @@ class Upscaler:
         x = torch.from_numpy(np.ascontiguousarray(np.stack(arrs).transpose(0, 3, 1, 2)))  # (B, C, H, W)
         if c == 1:
             x = x.expand(-1, 3, -1, -1)  # gray (or alpha) through the RGB model, averaged back below
-        x = x.to(device=self.device, dtype=self.dtype)
+        x = x.to(device=self.device, dtype=loaded.dtype)
 
         def net(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
             # Checked before every forward (each tile batch, ensemble view and pass): the finest point
@@ -445,7 +474,8 @@ class Upscaler:
 
     def _run_pass(
         self, loaded: _Loaded, pixels: np.ndarray, want_budget: bool, tta: bool = False,
-        should_stop: StopCheck | None = None,
+        should_stop: StopCheck | None = None, out_dtype: type = np.float32,
+        progress: ProgressFn | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
         h, w = pixels.shape[:2]
         tile = self._tile_for(loaded, h, w)
@@ -458,7 +488,7 @@ class Upscaler:
                 return run_tiled(
                     pixels, lambda a: run_many([a])[0], loaded.scale, tile, self.tile_overlap, loaded.align,
                     want_budget, run_many=run_many if self.tile_batch > 1 and self.shape_bucket else None,
-                    batch=self.tile_batch,
+                    batch=self.tile_batch, out_dtype=out_dtype, progress=progress,
                 )
             except (RuntimeError, MemoryError) as e:
                 if self.device.type not in ("cuda", "mps") or not _is_oom(e):
@@ -472,12 +502,16 @@ class Upscaler:
 
     def _run_passes(
         self, pixels: np.ndarray, passes: list[int], want_budget: bool, tta: bool = False,
-        should_stop: StopCheck | None = None,
+        should_stop: StopCheck | None = None, out_dtype: type = np.float32,
+        progress: ProgressFn | None = None,
     ) -> tuple[np.ndarray, list[np.ndarray], list[str]]:
+        """Chain the passes; the last one writes ``out_dtype`` (the others feed a pass: float32)."""
         maps, names = [], []
-        for s in passes:
+        for n, s in enumerate(passes):
             loaded = self._get(s)
-            pixels, budget = self._run_pass(loaded, pixels, want_budget, tta, should_stop)
+            last = n == len(passes) - 1
+            pixels, budget = self._run_pass(loaded, pixels, want_budget, tta, should_stop,
+                                            out_dtype if last else np.float32, progress)
             names.append(loaded.name)
             if budget is not None:
                 maps.append(budget)
@@ -495,6 +529,8 @@ class Upscaler:
         tta: bool = False,
         should_stop: StopCheck | None = None,
         source: Source | None = None,
+        quantize: bool = False,
+        progress: ProgressFn | None = None,
     ) -> UpscaleResult:
         """Upscale a decoded image (``sr.io.DecodedImage``).
 
@@ -508,41 +544,59 @@ class Upscaler:
         raises :class:`UpscaleCancelled` and the rest of the work is skipped. ``source`` (model="auto"
         only): the input's file path or bytes, from which auto tells lossy from lossless; without it
         the decoded format decides (JPEG lossy, anything else lossless). ``result.choice`` says which.
+
+        ``quantize``: return integer samples (uint8; uint16 for 16-bit images) instead of float32,
+        the same values an encoder would round the float output to, assembled one tile row at a
+        time: no full-size float32 buffer when the last pass gives the output size (no final
+        resize). Images with alpha stay float32: JPEG composites them on white, and from rounded
+        colour and alpha that gives other bytes than today's (42.8 dB apart, measured).
+        ``progress(done, total)`` is called after every tile of each pass (a chained pass counts
+        from 0 again).
         """
         if self._auto is not None:
             choice = self._auto.choose(source, img)
             result = self._auto.engine(choice).upscale(
                 img, scale=scale, outscale=outscale, width=width, height=height, alpha_mode=alpha_mode,
-                with_budget_map=with_budget_map, tta=tta, should_stop=should_stop)
+                with_budget_map=with_budget_map, tta=tta, should_stop=should_stop, quantize=quantize,
+                progress=progress)
             return dataclasses.replace(result, choice=choice)
         start = time.perf_counter()
         pixels = getattr(img, "pixels", None)
         if not isinstance(pixels, np.ndarray) or pixels.ndim != 3 or pixels.shape[2] not in (1, 3):
-            raise UpscaleError("image pixels must be a float (H, W, 1|3) array")
+            raise UpscaleError("image pixels must be an (H, W, 1|3) array of floats or 8/16-bit samples")
         if pixels.shape[0] < 1 or pixels.shape[1] < 1:
             raise UpscaleError(f"image is empty ({pixels.shape[1]}x{pixels.shape[0]})")
-        if not isinstance(tta, bool):
-            raise UpscaleError(f"tta must be true or false, got {tta!r}")
+        for label, flag in (("tta", tta), ("quantize", quantize)):
+            if not isinstance(flag, bool):
+                raise UpscaleError(f"{label} must be true or false, got {flag!r}")
         if alpha_mode not in ALPHA_MODES:
             raise UpscaleError(f"alpha_mode must be one of {', '.join(ALPHA_MODES)}, got {alpha_mode!r}")
         h, w = pixels.shape[:2]
         (out_h, out_w), passes = self.plan(h, w, scale, outscale, width, height)
         alpha = getattr(img, "alpha", None)
+        quantize = quantize and alpha is None
+        samples = SAMPLE_TYPES[getattr(img, "bit_depth", 8)] if quantize else np.float32
+        # Straight into samples only when the model's output is the final size (no resize after it).
+        exact = (h * math.prod(passes), w * math.prod(passes)) == (out_h, out_w)
         with torch.inference_mode():
-            pixels = pixels.astype(np.float32, copy=False)
-            out, maps, names = self._run_passes(pixels, passes, with_budget_map, tta, should_stop)
+            pixels = to_float(pixels)  # decoded float32 as it is; samples (a quantized result) scaled
+            out, maps, names = self._run_passes(pixels, passes, with_budget_map, tta, should_stop,
+                                                samples if exact else np.float32, progress)
             if out.shape[:2] != (out_h, out_w):
                 out = np.clip(resize_to(out, out_h, out_w), 0, 1)
             out_alpha = None
             if alpha is not None:
-                a = np.asarray(alpha, dtype=np.float32)
+                a = to_float(np.asarray(alpha))
                 if alpha_mode == "model":
                     a = self._run_passes(a[:, :, None], passes, False, tta, should_stop)[0][:, :, 0]
                 out_alpha = np.clip(resize_to(a, out_h, out_w), 0, 1) if a.shape != (out_h, out_w) else a
+            if quantize:
+                out = quantize_samples(out, samples)
         budget = None
         if with_budget_map and maps:
             budget = np.mean([_nearest_resize(m, out_h, out_w) for m in maps], axis=0).astype(np.float32)
-        image = dataclasses.replace(img, pixels=np.ascontiguousarray(out, dtype=np.float32), alpha=out_alpha)
+        out = np.ascontiguousarray(out, dtype=samples)
+        image = dataclasses.replace(img, pixels=out, alpha=out_alpha)
         return UpscaleResult(
             image=image, budget_map=budget, model="+".join(names), scale=math.prod(passes),
             seconds=time.perf_counter() - start,

@@ -8,6 +8,9 @@ so the result needs no normalisation pass and shows no seam. The ramp spans the 
 overlap: the outer quarters, where a tile lacks context, get little or no weight. Only pairs of tiles
 overlap (never three along one axis), which keeps the weights a partition of unity in 2-D as a
 product of 1-D ones.
+
+Tiles run in row-major order, so an integer (8- or 16-bit) output is written one finished tile row
+at a time: only a band of float32 rows is ever held, not a full-size float32 image.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
+from ..io import quantize
 
 # A model run on one tile: (h, w, C) float32 -> ((s*h, s*w, C) float32, budget (h, w) float32 or None).
 TileFn = Callable[[np.ndarray], tuple[np.ndarray, "np.ndarray | None"]]
@@ -87,6 +92,64 @@ def axis_weights(spans: list[tuple[int, int]], i: int, scale: int, ramp: float =
     return w.astype(np.float32)
 
 
+# Called after each tile is blended in: (tiles done, tiles in the plan).
+ProgressFn = Callable[[int, int], None]
+
+
+class _Canvas:
+    """Where blended tiles land, one tile row (band) at a time.
+
+    A float32 output is accumulated in place. An integer output (uint8/uint16 samples) gets a float32
+    band as tall as one tile row: when a row's tiles are all in, the band's rows that no later tile
+    touches are quantized into the output and the overlap with the next row is carried over. The sums
+    are the same additions in the same order as in place, so the samples equal quantizing the float
+    output, in a band's memory instead of a full-size float32 image.
+    """
+
+    def __init__(
+        self, rows: list[tuple[int, int]], width: int, channels: int, scale: int, dtype: type
+    ) -> None:
+        self.rows, self.scale = rows, scale
+        shape = (rows[-1][1] * scale, width * scale, channels)
+        self.dtype = np.dtype(dtype)
+        self.in_place = self.dtype == np.float32
+        if self.in_place:
+            self.out = np.zeros(shape, dtype=np.float32)
+            self.buf = self.out
+        else:
+            self.out = np.empty(shape, dtype=self.dtype)
+            height = max(b - a for a, b in rows) * scale
+            self.buf = np.zeros((height, *shape[1:]), dtype=np.float32)
+        self.row = 0  # the tile row the band holds
+
+    def band(self, i: int) -> np.ndarray:
+        """Tile row ``i``'s output rows (call with non-decreasing ``i``)."""
+        while self.row < i:
+            self.finish(self.row)
+            self.row += 1
+        y0, y1 = self.rows[i]
+        if self.in_place:
+            return self.out[y0 * self.scale : y1 * self.scale]
+        return self.buf[: (y1 - y0) * self.scale]
+
+    def finish(self, i: int) -> None:
+        """Row ``i`` is complete: write out what no later row overlaps, keep the rest for row i + 1."""
+        if self.in_place:
+            return
+        s, (y0, y1) = self.scale, self.rows[i]
+        end = self.rows[i + 1][0] if i + 1 < len(self.rows) else y1
+        done = (end - y0) * s
+        self.out[y0 * s : end * s] = quantize(self.buf[:done], self.dtype)
+        carry = self.buf[done : (y1 - y0) * s].copy()  # the overlap: a few rows
+        self.buf[:] = 0
+        self.buf[: len(carry)] = carry
+
+    def result(self) -> np.ndarray:
+        self.band(len(self.rows) - 1)
+        self.finish(len(self.rows) - 1)
+        return self.out
+
+
 def run_tiled(
     pixels: np.ndarray,
     run: TileFn,
@@ -98,18 +161,27 @@ def run_tiled(
     ramp: float = BLEND_RAMP,
     run_many: BatchTileFn | None = None,
     batch: int = 1,
+    out_dtype: type = np.float32,
+    progress: ProgressFn | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Upscale (H, W, C) float32 tile by tile; returns ((sH, sW, C) float32, budget (H, W) or None).
+    """Upscale (H, W, C) float32 tile by tile; returns ((sH, sW, C) output, budget (H, W) or None).
 
-    With ``run_many``, tiles go to it ``batch`` at a time (one forward per batch on a GPU); the
-    blending is the same. Memory: the input, the output, and one batch of tiles' activations.
+    The output is float32, or with ``out_dtype`` uint8/uint16 the samples :func:`sr.io.quantize`
+    makes of it, assembled one tile row at a time (:class:`_Canvas`). With ``run_many``, tiles go to
+    it ``batch`` at a time (one forward per batch on a GPU); the blending is the same. Memory: the
+    input, the output, one band of float32 tile rows (for integer output), and one batch of tiles'
+    activations. ``progress`` is called after every tile.
     """
     h, w, c = pixels.shape
     rows, cols = plan_axis(h, tile, overlap, align), plan_axis(w, tile, overlap, align)
     if len(rows) == 1 and len(cols) == 1:
         out, budget = run(pixels)
+        if progress is not None:
+            progress(1, 1)
+        if np.dtype(out_dtype) != np.float32:
+            out = quantize(out, out_dtype)
         return out, (budget if want_budget else None)
-    out = np.zeros((h * scale, w * scale, c), dtype=np.float32)
+    canvas = _Canvas(rows, w, c, scale, out_dtype)
     budget_sum = np.zeros((h, w), dtype=np.float32) if want_budget else None
     wy_out = [axis_weights(rows, i, scale, ramp) for i in range(len(rows))]
     wx_out = [axis_weights(cols, j, scale, ramp) for j in range(len(cols))]
@@ -122,10 +194,12 @@ def run_tiled(
         for (i, j), (tile_out, tile_budget) in zip(group, results, strict=True):
             (y0, y1), (x0, x1) = rows[i], cols[j]
             weight = wy_out[i][:, None] * wx_out[j][None, :]
-            out[y0 * scale : y1 * scale, x0 * scale : x1 * scale] += tile_out * weight[:, :, None]
+            canvas.band(i)[:, x0 * scale : x1 * scale] += tile_out * weight[:, :, None]
             if budget_sum is not None and tile_budget is not None:
                 # Budgets are per attention region: cut at the overlap's middle (a region boundary when
                 # starts are aligned) instead of fading, so each region shows one tile's decision.
                 wb = axis_weights(rows, i, 1, 0.0)[:, None] * axis_weights(cols, j, 1, 0.0)[None, :]
                 budget_sum[y0:y1, x0:x1] += tile_budget * wb
-    return out, budget_sum
+        if progress is not None:
+            progress(start + len(group), len(spans))
+    return canvas.result(), budget_sum

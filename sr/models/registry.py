@@ -68,7 +68,7 @@ def count_macs(model: SRNet, out_hw: tuple[int, int] = (720, 1280)) -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
     s = model.scale
-    x = torch.zeros(1, 3, out_hw[0] // s, out_hw[1] // s)
+    x = torch.zeros(1, 3, out_hw[0] // s, out_hw[1] // s, dtype=next(model.parameters()).dtype)
     was_training = model.training
     model.eval()
     counter = FlopCounterMode(display=False)

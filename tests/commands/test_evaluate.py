@@ -140,6 +140,25 @@ def test_tta_scores_the_self_ensemble(capsys: pytest.CaptureFixture, sets: dict[
         assert p != score_image(hr, model_upscaler(model), 2)[0]
 
 
+def test_precision_bf16_scores_the_model_run_in_bf16(capsys: pytest.CaptureFixture, sets: dict[str, Path],
+                                                    weights: Path) -> None:
+    import torch
+
+    code, out, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", str(weights),
+                         "--device", "cpu", "--precision", "bf16")
+    assert code == 0 and ", bf16)" in out
+    model, _ = load_weights(weights)
+    rows = _rows(out)
+    for path in sorted(sets["alpha"].glob("*.png")):
+        hr = np.asarray(Image.open(path))
+        p, s, _ = score_image(hr, model_upscaler(model.to(torch.bfloat16), dtype=torch.bfloat16), 2)
+        assert rows[path.stem] == (round(p, 4), round(s, 4))
+        assert p != score_image(hr, model_upscaler(model.float()), 2)[0]  # bf16 did run
+    with pytest.raises(SystemExit) as exit_info:
+        _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", str(weights), "--precision", "x")
+    assert exit_info.value.code == 2
+
+
 def test_budget_override_changes_the_attention_spent(capsys: pytest.CaptureFixture, sets: dict[str, Path],
                                                      weights: Path) -> None:
     def mean_psnr(*extra: str) -> float:

@@ -460,3 +460,66 @@ def test_help_documents_auto_and_denoise(capsys, monkeypatch):
     text = " ".join(capsys.readouterr().out.split())
     assert "'auto': per input file, photo for lossy files (JPEG, lossy WebP) and asa-base" in text
     assert "--denoise D" in text and "(1-D)*asa-base + D*photo" in text
+
+
+def test_precision_flag_runs_bf16_close_to_fp32_and_rejects_other_names(tmp_path, tiny, capsys):
+    src = save(tmp_path / "in" / "rgb.png", photo(37, 29))
+    for p in ("fp32", "bf16"):
+        assert sr(str(src), "-o", str(tmp_path / p), "--model", tiny, "--precision", p) == 0
+    a = np.asarray(Image.open(tmp_path / "fp32" / "rgb_x2.png")).astype(float)
+    b = np.asarray(Image.open(tmp_path / "bf16" / "rgb_x2.png")).astype(float)
+    assert np.any(a != b) and 10 * np.log10(255**2 / np.mean((a - b) ** 2)) >= 45
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        sr(str(src), "-o", str(tmp_path / "x"), "--model", tiny, "--precision", "fp16")
+    assert exit_info.value.code == 2 and "invalid choice: 'fp16'" in capsys.readouterr().err
+
+
+def test_large_inputs_get_a_per_tile_bar_that_follows_the_engine():
+    from io import StringIO
+
+    from tqdm import tqdm
+
+    from sr.batch.jobs import Job
+    from sr.batch.local import TILE_BAR_PIXELS, tile_bar, tile_progress
+    from sr.io import DecodedImage
+
+    job = Job(Path("big.png"), Path("big"))
+    small = DecodedImage(np.zeros((8, 8, 3), np.float32))
+    assert tile_bar(job, small) is None
+    side = int(TILE_BAR_PIXELS**0.5) + 1
+    big = DecodedImage(np.broadcast_to(np.zeros((1, 1, 3), np.float32), (side, side, 3)))
+    bar = tile_bar(job, big)
+    assert bar is not None and bar.disable  # pytest's stderr is no terminal: drawn nowhere
+    bar.close()
+    shown = tqdm(total=1, file=StringIO())
+    update = tile_progress(shown)
+    update(3, 12)
+    assert (shown.n, shown.total) == (3, 12)
+    update(12, 12)
+    update(1, 40)  # a chained pass starts again
+    assert (shown.n, shown.total) == (1, 40)
+
+
+def test_bench_upscale_compares_precisions_side_by_side(tmp_path, tiny, capsys):
+    for i in range(2):
+        save(tmp_path / "hr" / f"{i}.png", photo(64, 48, seed=i))
+    report = tmp_path / "bench.json"
+    base = ["bench", "upscale", "--model", tiny, "--images", str(tmp_path / "hr"), "--threads", "1"]
+    assert main([*base, "--precision", "fp32,bf16", "--profile", "3", "--json", str(report)]) == 0
+    rows = json.loads(report.read_text())
+    assert all(len(r["profile"]) == 3 and r["profile"][0]["self_ms"] > 0 for r in rows[:2])
+    assert [r["method"] for r in rows] == ["tiny-x2 fp32", "tiny-x2 bf16", "bicubic (sr imresize)",
+                                           "bicubic (PIL)"]
+    fp32, bf16 = rows[:2]
+    assert (fp32["precision"], bf16["precision"]) == ("fp32", "bf16")
+    assert fp32["speedup"] == 1.0 and bf16["speedup"] > 0 and fp32["psnr_vs_first"] is None
+    assert 45 <= bf16["psnr_vs_first"] < float("inf")
+    assert "speed-up" in capsys.readouterr().out
+    for bad, message in (("fp32,fp16", "precision must be one of"), ("bf16,bf16", "twice")):
+        assert main([*base, "--precision", bad]) == 2
+        assert message in capsys.readouterr().err
+    assert main([*base, "--precision", "fp32,bf16", "--repeat"]) == 2
+    assert "--repeat times one precision" in capsys.readouterr().err
+    assert main([*base, "--profile", "3"]) == 2
+    assert "--profile N (N >= 1) goes with --precision" in capsys.readouterr().err

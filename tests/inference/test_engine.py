@@ -80,7 +80,7 @@ def test_auto_tile_follows_free_memory(tiny_x2, monkeypatch):
     tile = up._tile_for(loaded, 1000, 300)
     assert tile is not None and tile % loaded.align == 0 and 64 <= tile < 300
     monkeypatch.setattr(engine, "available_memory", lambda device: 64 * 2**30)
-    assert up._tile_for(loaded, 1000, 300) is None  # fits whole: no tiling at all
+    assert up._tile_for(loaded, 500, 300) is None  # fits whole: no tiling at all
     assert up._tile_for(loaded, 5000, 300) == engine.AUTO_TILE_MAX["cpu"]
 
 
@@ -342,3 +342,44 @@ def test_batched_bucketed_tiles_match_one_tile_at_a_time(tiny_x2):
     # model (49.9 dB on data/coffee.png, asa-base-x2, 96 px tiles), larger on this random tiny one.
     exact = Upscaler(tiny_x2, device="cpu", tile=64, tile_overlap=8, threads=1).upscale(img).image.pixels
     assert 10 * np.log10(1 / float(np.mean((b.image.pixels - exact) ** 2))) > 30
+
+
+# -- integer output (quantize=True) ------------------------------------------------------------
+# case -> upscale() arguments; "two passes" runs an x2-only model twice for x4
+QUANTIZE_CASES = {"tiled": {}, "gray": {}, "16-bit": {}, "alpha": {}, "outscale": {"outscale": 2.5},
+                  "two passes": {"outscale": 4}, "whole": {}}
+
+
+@pytest.mark.parametrize("case", QUANTIZE_CASES)
+def test_quantized_output_equals_quantizing_the_float_output(case, tiny_x2):
+    from sr.io import encode_image, quantize
+
+    tile = None if case == "whole" else 48
+    up = Upscaler(str(tiny_x2), device="cpu", tile=tile, tile_overlap=8, threads=1)
+    c = 1 if case == "gray" else 3
+    alpha = texture(70, 90, c=1, seed=5)[:, :, 0] if case == "alpha" else None
+    img = DecodedImage(texture(70, 90, c=c), alpha=alpha, bit_depth=16 if case == "16-bit" else 8)
+    kwargs = QUANTIZE_CASES[case]
+    floats = up.upscale(img, **kwargs).image
+    samples = up.upscale(img, quantize=True, **kwargs).image
+    assert encode_image(samples, "png") == encode_image(floats, "png")  # the written file is the same
+    if alpha is not None:  # JPEG's composite on white needs the unrounded values: alpha stays float
+        np.testing.assert_array_equal(samples.pixels, floats.pixels)
+        np.testing.assert_array_equal(samples.alpha, floats.alpha)
+        return
+    dtype = np.uint16 if img.bit_depth == 16 else np.uint8
+    assert samples.pixels.dtype == dtype and samples.pixels.shape == floats.pixels.shape
+    np.testing.assert_array_equal(samples.pixels, quantize(floats.pixels, dtype))
+
+
+def test_quantize_must_be_a_bool(up):
+    with pytest.raises(UpscaleError, match="quantize must be true or false"):
+        up.upscale(DecodedImage(texture(8, 8)), quantize=1)
+
+
+def test_a_quantized_result_upscales_again_like_its_float_values(up):
+    img = DecodedImage(texture(12, 10))
+    samples = up.upscale(img, quantize=True).image
+    again = up.upscale(samples).image.pixels
+    expected = up.upscale(DecodedImage(samples.pixels.astype(np.float32) / 255)).image.pixels
+    np.testing.assert_array_equal(again, expected)

@@ -1,7 +1,8 @@
 """Bounded memory: a 2048x2048 image through a tiny model with small tiles, peak RSS measured in a
-fresh subprocess. The peak is /proc/self/status's VmHWM, the high-water mark of the subprocess's own
-memory: ru_maxrss would carry over the parent's peak across fork + exec (on Linux it does), so a test
-suite that had grown past the bound would fail this test whatever the upscaler does."""
+fresh subprocess, with float32 output and with 8-bit samples streamed tile row by tile row. The peak
+is /proc/self/status's VmHWM, the high-water mark of the subprocess's own memory: ru_maxrss would
+carry over the parent's peak across fork + exec (on Linux it does), so a test suite that had grown
+past the bound would fail this test whatever the upscaler does."""
 
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ SCRIPT = textwrap.dedent(
     up.load()
     img = DecodedImage(np.random.default_rng(0).random((2048, 2048, 3), dtype=np.float32))
     before = peak_mb()
-    res = up.upscale(img)
-    print(json.dumps({"before": before, "peak": peak_mb(), "shape": list(res.image.pixels.shape)}))
+    res = up.upscale(img, quantize=sys.argv[3] == "samples")
+    pixels = res.image.pixels
+    stats = {"before": before, "peak": peak_mb(), "shape": list(pixels.shape), "dtype": str(pixels.dtype)}
+    print(json.dumps(stats))
     """
 )
 
@@ -37,17 +40,32 @@ SCRIPT = textwrap.dedent(
 # weighted tile copy) must stay small. Python + torch + the input take ~300-400 MiB before.
 MAX_GROWTH_MB = 320
 MAX_PEAK_MB = 900
+# 8-bit samples: the output is 48 MiB and one band of float32 tile rows 12 MiB (256 x 8192 x 3 x 4
+# bytes); a full-size float32 buffer anywhere (192 MiB) would break this bound.
+MAX_GROWTH_MB_SAMPLES = 140
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="VmHWM is in Linux's /proc only")
-def test_2048px_input_with_small_tiles_stays_within_memory_bound(tiny_x2):
+def measure(weights, output: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tiny_x2), "128"],
+        [sys.executable, "-c", SCRIPT, str(weights), "128", output],
         capture_output=True, text=True, timeout=300,
         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr
-    stats = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert stats["shape"] == [4096, 4096, 3]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="VmHWM is in Linux's /proc only")
+def test_2048px_input_with_small_tiles_stays_within_memory_bound(tiny_x2):
+    stats = measure(tiny_x2, "float")
+    assert stats["shape"] == [4096, 4096, 3] and stats["dtype"] == "float32"
     assert stats["peak"] - stats["before"] < MAX_GROWTH_MB, stats
     assert stats["peak"] < MAX_PEAK_MB, stats
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="VmHWM is in Linux's /proc only")
+def test_streamed_8bit_output_needs_no_full_size_float_buffer(tiny_x2):
+    stats = measure(tiny_x2, "samples")
+    assert stats["shape"] == [4096, 4096, 3] and stats["dtype"] == "uint8"
+    assert stats["peak"] - stats["before"] < MAX_GROWTH_MB_SAMPLES, stats
+    print(stats)

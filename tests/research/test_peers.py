@@ -61,6 +61,15 @@ def test_ours_and_imdn_are_timed_per_scale(hr_folder, tmp_path, capsys):
         assert r["ours_params"] < r["imdn_params"] and r["ours_macs_g"] < r["imdn_macs_g"]
 
 
+def test_both_networks_run_in_the_precision_asked_for(hr_folder, tmp_path, capsys):
+    out = tmp_path / "peers.json"
+    assert main(["bench", "peers", "--hr", str(hr_folder), "--scales", "2", "--rounds", "1", "--images", "1",
+                 "--precision", "bf16", "--json", str(out)]) == 0
+    assert "bf16)" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["precision"] == "bf16" and report["rows"][0]["ours_mp_s"] > 0
+
+
 def test_errors_name_the_problem(hr_folder, tmp_path, capsys):
     assert main(["--hr", str(tmp_path / "missing")]) != 0
     assert "no such folder" in capsys.readouterr().err

@@ -33,6 +33,14 @@ def test_catalog_k_max_is_the_descriptors(tmp_path: Path) -> None:
     assert "path" not in by_name["dflt-x2"]  # server paths stay hidden
 
 
+def test_engines_run_in_the_configured_precision(tmp_path: Path) -> None:
+    for name in ("asa-base-x2", "photo-x2"):
+        _save(tmp_path, name, "adaptive", {"region": 4, "stride": 2})
+    hub = ModelHub(Settings(weights_dir=tmp_path, model="asa-base", preload=False, precision="bf16"))
+    assert hub.engine("asa-base").dtype_for(2) == torch.bfloat16
+    assert hub.engine("auto").dtype_for(2) == torch.bfloat16  # auto's sides too
+
+
 def test_denoise_engines_are_offered_for_photo_and_auto_and_bounded(tmp_path: Path) -> None:
     import sr.service.hub as hub_module
 

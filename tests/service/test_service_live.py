@@ -71,7 +71,10 @@ def test_flags_override_environment(monkeypatch) -> None:
     p = argparse.ArgumentParser()
     serve_cmd.add_arguments(p)
     s = serve_cmd.build_settings(p.parse_args(["--workers", "2", "--max-upload-mb", "1.5", "--tile", "off"]))
-    assert isinstance(s, Settings)
+    assert isinstance(s, Settings) and s.precision == "auto"
+    monkeypatch.setenv("SR_PRECISION", "fp32")
+    assert serve_cmd.build_settings(p.parse_args(["--precision", "bf16"])).precision == "bf16"
+    assert serve_cmd.build_settings(p.parse_args([])).precision == "fp32"
     assert (s.workers, s.max_queue, s.api_key) == (2, 9, "from-env")
     assert (s.max_upload_bytes, s.tile) == (int(1.5 * 2**20), 0)
 

@@ -21,8 +21,9 @@ def test_environment_variables_are_parsed() -> None:
         "SR_MODEL": "asa-small", "SR_DEVICE": "cpu", "SR_WORKERS": "3", "SR_MAX_QUEUE": "0",
         "SR_MAX_UPLOAD_BYTES": "1000", "SR_MAX_PIXELS": "4096", "SR_TIMEOUT_S": "2.5", "SR_API_KEY": "k",
         "SR_CORS_ORIGINS": "http://a.test, http://b.test,", "SR_WEIGHTS_DIR": "/tmp/w", "SR_TILE": "off",
-        "SR_PRELOAD": "false", "SR_THREADS": "",  # empty means unset
+        "SR_PRELOAD": "false", "SR_THREADS": "", "SR_PRECISION": " BF16 ",  # empty means unset
     })
+    assert s.precision == "bf16" and Settings().precision == "auto"
     assert (s.model, s.device, s.workers, s.max_queue) == ("asa-small", "cpu", 3, 0)
     assert (s.max_upload_bytes, s.max_pixels, s.timeout_s, s.api_key) == (1000, 4096, 2.5, "k")
     assert s.cors_origins == ("http://a.test", "http://b.test")
@@ -37,6 +38,7 @@ def test_environment_variables_are_parsed() -> None:
     ({"SR_TIMEOUT_S": "0"}, "timeout"),
     ({"SR_PRELOAD": "maybe"}, "SR_PRELOAD"),
     ({"SR_TILE": "-5"}, "SR_TILE"),
+    ({"SR_PRECISION": "fp16"}, "SR_PRECISION='fp16': precision must be one of auto, fp32, bf16"),
 ])
 def test_bad_values_give_one_clear_error(env: dict[str, str], needle: str) -> None:
     with pytest.raises(SettingsError, match=needle):

@@ -1,0 +1,103 @@
+"""--precision: names, the CPU's bf16 check with /proc/cpuinfo faked both ways, auto's per-model record."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sr import weights as sr_weights
+from sr.inference import UpscaleError, Upscaler, devices, precision
+from sr.inference.precision import PrecisionError, parse_precision, resolve_dtype
+
+CPU = torch.device("cpu")
+# Abridged flag lines: a Sapphire Rapids Xeon (AMX), and an EPYC with AVX-512 BF16 but no AMX.
+XEON_AMX = "fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
+EPYC_NO_AMX = "fpu avx2 avx512f avx512_bf16"
+
+
+@pytest.fixture
+def cpuinfo(tmp_path, monkeypatch):
+    """Point the check at a fake /proc/cpuinfo with the given flags line."""
+
+    def fake(flags: str) -> None:
+        path = tmp_path / "cpuinfo"
+        path.write_text(f"processor\t: 0\nmodel name\t: test cpu\nflags\t\t: {flags}\n\n")
+        monkeypatch.setattr(devices, "CPUINFO", str(path))
+
+    return fake
+
+
+@pytest.fixture
+def record(monkeypatch):
+    """Replace the measured bf16 costs with the given ones."""
+
+    def fake(costs: dict[str, float]) -> None:
+        monkeypatch.setattr(precision, "BF16_PSNR_COST_DB", costs)
+
+    return fake
+
+
+def test_names_parse_and_unknown_ones_fail_clearly():
+    assert [parse_precision(t) for t in ("auto", " FP32 ", "bf16")] == ["auto", "fp32", "bf16"]
+    with pytest.raises(PrecisionError, match="precision must be one of auto, fp32, bf16, got 'fp16'"):
+        parse_precision("fp16")
+
+
+def test_native_bf16_needs_amx_in_the_flags(cpuinfo):
+    cpuinfo(XEON_AMX)
+    assert devices.cpu_has_native_bf16() is True
+    cpuinfo(EPYC_NO_AMX)  # AVX-512 BF16 alone: not measured faster, so not native here
+    assert devices.cpu_has_native_bf16() is False
+
+
+def test_without_cpuinfo_torchs_amx_check_decides(tmp_path, monkeypatch):
+    monkeypatch.setattr(devices, "CPUINFO", str(tmp_path / "missing"))
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert devices.cpu_has_native_bf16() is True
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert devices.cpu_has_native_bf16() is False
+
+
+def test_auto_on_cpu_takes_bf16_only_with_amx_and_a_recorded_cost_within_the_limit(cpuinfo, record):
+    record({"m-x2": 0.004, "m-x4": 0.03})
+    cpuinfo(XEON_AMX)
+    assert resolve_dtype("auto", CPU, ["m-x2"]) == torch.bfloat16
+    assert resolve_dtype("auto", CPU, ["m-x4"]) == torch.float32  # costs more than 0.01 dB
+    assert resolve_dtype("auto", CPU, ["mine-x2"]) == torch.float32  # no record: cost unknown
+    assert resolve_dtype("auto", CPU, ["m-x2", "m-x4"]) == torch.float32  # a blend: both must pass
+    assert resolve_dtype("auto", CPU, []) == torch.float32
+    cpuinfo(EPYC_NO_AMX)
+    assert resolve_dtype("auto", CPU, ["m-x2"]) == torch.float32
+
+
+def test_explicit_precisions_and_gpu_auto(cpuinfo):
+    cpuinfo(EPYC_NO_AMX)
+    assert resolve_dtype("bf16", CPU, ["anything"]) == torch.bfloat16  # forced: runs, if slowly
+    assert resolve_dtype("fp32", CPU) == torch.float32
+    assert resolve_dtype("auto", torch.device("mps"), ["m-x2"]) == torch.float16  # GPU choices unchanged
+
+
+def test_the_record_is_only_for_the_shipped_files(tiny_x2):
+    from sr.inference.precision import record_name
+    from sr.weights import describe
+
+    assert record_name(describe(sr_weights.WEIGHTS_DIR / "asa-base-x2.safetensors")) == "asa-base-x2"
+    assert "asa-base-x2" in precision.BF16_PSNR_COST_DB
+    assert record_name(describe(tiny_x2)) is None
+
+
+def test_engine_resolves_per_scale_and_passes_precision_to_its_networks(weights_dir, cpuinfo, record,
+                                                                        monkeypatch):
+    cpuinfo(XEON_AMX)
+    record({"tiny-x2": 0.002, "tiny-x3": 0.05})
+    off_record = Upscaler("tiny", device="cpu", weights_dir=weights_dir)  # not the package's files
+    assert off_record.dtype_for(2) == torch.float32
+    monkeypatch.setattr(sr_weights, "WEIGHTS_DIR", weights_dir)  # as if they were the package's own files
+    up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1)
+    assert [up.dtype_for(s) for s in (2, 3, 4)] == [torch.bfloat16, torch.float32, torch.float32]
+    assert up.dtype == torch.bfloat16
+    assert up.network(2).head.weight.dtype == torch.bfloat16
+    forced = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1, precision="fp32")
+    assert forced.dtype_for(2) == torch.float32
+    with pytest.raises(UpscaleError, match="precision must be one of auto, fp32, bf16, got 'half'"):
+        Upscaler("tiny", device="cpu", weights_dir=weights_dir, precision="half")
