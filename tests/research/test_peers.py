@@ -63,7 +63,7 @@ def test_ours_and_imdn_are_timed_per_scale(hr_folder, tmp_path, capsys):
 
 def test_both_networks_run_in_the_precision_asked_for(hr_folder, tmp_path, capsys):
     out = tmp_path / "peers.json"
-    assert main(["bench", "peers", "--hr", str(hr_folder), "--scales", "2", "--rounds", "1", "--images", "1",
+    assert main(["--hr", str(hr_folder), "--scales", "2", "--rounds", "1", "--images", "1",
                  "--precision", "bf16", "--json", str(out)]) == 0
     assert "bf16)" in capsys.readouterr().out
     report = json.loads(out.read_text())
