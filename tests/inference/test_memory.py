@@ -41,8 +41,10 @@ SCRIPT = textwrap.dedent(
 MAX_GROWTH_MB = 320
 MAX_PEAK_MB = 900
 # 8-bit samples: the output is 48 MiB and one band of float32 tile rows 12 MiB (256 x 8192 x 3 x 4
-# bytes); a full-size float32 buffer anywhere (192 MiB) would break this bound.
-MAX_GROWTH_MB_SAMPLES = 140
+# bytes), plus one tile's activations and the allocator's slack: 108 MiB in one run, 146 in a fresh
+# CI venv. A full-size float32 buffer anywhere would add 192 MiB to the output's 48 (>= 240 MiB):
+# the bound sits between the two.
+MAX_GROWTH_MB_SAMPLES = 190
 
 
 def measure(weights, output: str) -> dict:
