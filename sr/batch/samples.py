@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..io import DecodedImage, to_float
+from ..io import DecodedImage, quantize, to_float
 
 
 @dataclass(eq=False)  # array field: == would be ambiguous
@@ -35,24 +35,15 @@ class Samples:
         return int(self.planes.nbytes)
 
 
-def _maxv(bit_depth: int) -> int:
-    return 65535 if bit_depth == 16 else 255
-
-
 def pack(img: DecodedImage, flatten_alpha: bool = False) -> Samples:
-    """``img`` as integers at its bit depth. ``flatten_alpha``: composite alpha on white first, as
-    the JPEG encoder does (for an output that is written as JPEG)."""
+    """``img`` as integers at its bit depth (the engine's samples pass as they are). ``flatten_alpha``:
+    composite alpha on white first, as the JPEG encoder does (for an output written as JPEG)."""
     colour, alpha = img.pixels, img.alpha
-    if colour.dtype != np.float32 and (alpha is None or not flatten_alpha):  # the engine's samples already
-        planes = colour if alpha is None else np.concatenate([colour, alpha[..., None]], axis=2)
-        return Samples(planes, alpha is not None, img.bit_depth, img.icc_profile, img.format, img.mode)
-    colour, alpha = to_float(colour), None if alpha is None else to_float(alpha)
     if flatten_alpha and alpha is not None:
+        colour, alpha = to_float(colour), to_float(alpha)
         colour, alpha = colour * alpha[..., None] + (1.0 - alpha[..., None]), None
     planes = colour if alpha is None else np.concatenate([colour, alpha[..., None]], axis=2)
-    maxv = _maxv(img.bit_depth)
-    dtype = np.uint16 if img.bit_depth == 16 else np.uint8
-    ints = np.rint(np.clip(np.nan_to_num(planes, nan=0.0), 0.0, 1.0) * np.float32(maxv)).astype(dtype)
+    ints = quantize(planes, np.uint16 if img.bit_depth == 16 else np.uint8)
     return Samples(ints, alpha is not None, img.bit_depth, img.icc_profile, img.format, img.mode)
 
 
@@ -61,6 +52,5 @@ def unpack(s: Samples) -> DecodedImage:
     big output stays a quarter of float32's size); with alpha the floats, divided as ``sr.io`` does."""
     if not s.has_alpha:
         return DecodedImage(s.planes, None, s.bit_depth, s.icc_profile, s.format, s.mode)
-    values = s.planes.astype(np.float32) / np.float32(_maxv(s.bit_depth))
-    colour, alpha = (values[..., :-1], values[..., -1]) if s.has_alpha else (values, None)
-    return DecodedImage(colour, alpha, s.bit_depth, s.icc_profile, s.format, s.mode)
+    values = to_float(s.planes)
+    return DecodedImage(values[..., :-1], values[..., -1], s.bit_depth, s.icc_profile, s.format, s.mode)
