@@ -41,7 +41,7 @@ from fastapi.staticfiles import StaticFiles
 from sr.inference import DENOISE_MODELS, UpscaleError
 from sr.io import ImageError, read_size
 
-from .hub import ModelHub, UnknownModelError
+from .hub import AUTO_DESCRIPTION, ModelHub, UnknownModelError
 from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError, Work
 from .limits import ApiKeyMiddleware, BodyLimitMiddleware
 from .pipeline import (
@@ -173,8 +173,8 @@ async def upscale(
                                            description="final factor, any real number")] = None,
     width: Annotated[int | None, Form(ge=1, le=65536, description="output width in pixels")] = None,
     height: Annotated[int | None, Form(ge=1, le=65536, description="output height in pixels")] = None,
-    model: Annotated[str | None, Form(max_length=128, description="a name from GET /v1/models; auto: photo "
-                                      "for lossy uploads (JPEG, lossy WebP), asa-base for the rest")] = None,
+    model: Annotated[str | None, Form(max_length=128, description="a name from GET /v1/models; auto: "
+                                      + AUTO_DESCRIPTION)] = None,
     fmt: Annotated[Literal[request_formats()],  # type: ignore[valid-type]
                    Form(alias="format", description="output format; same: the upload's, else PNG")] = "same",
     quality: Annotated[int, Form(ge=1, le=100, description="JPEG/WebP quality")] = 95,

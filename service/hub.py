@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from sr import AUTO_MODEL, DEFAULT_MODEL, PHOTO_MODEL
+from sr import AUTO_MODEL, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from sr.descriptor import family_of
 from sr.inference.model_choice import DEFAULT_DENOISE, DENOISE_MODELS, check_denoise, takes_denoise
 
@@ -34,8 +34,8 @@ _HIDDEN_KEYS = {"path"}
 # Engines kept for denoise strengths other than the default (each holds its blended weights, ~1.4 MB
 # per scale for asa-base): a client sweeping the slider does not grow the server without bound.
 MAX_DENOISE_ENGINES = 8
-AUTO_DESCRIPTION = (f"per upload: {PHOTO_MODEL} for lossy files (JPEG, lossy WebP), {DEFAULT_MODEL} "
-                    "for the rest")
+AUTO_DESCRIPTION = (f"per upload: {PHOTO_MODEL} for lossy files (JPEG or WebP below quality "
+                    f"{NEAR_LOSSLESS_QUALITY}), {DEFAULT_MODEL} for the rest")
 
 
 class UnknownModelError(LookupError):

@@ -10,6 +10,10 @@ PHOTO_MODEL = "photo"
 # `--model auto`: per input file, PHOTO_MODEL for lossy files (JPEG, lossy WebP), DEFAULT_MODEL for
 # the rest, read from the file's own bytes (sr.inference.model_choice).
 AUTO_MODEL = "auto"
-# What `sr upscale`, `sr serve` and `Upscaler()` use when no model is named. The one switch for making
-# auto the default: set it to AUTO_MODEL.
-DEFAULT_CHOICE = DEFAULT_MODEL
+# ...except JPEGs and lossy WebPs of this estimated quality and above, which go to DEFAULT_MODEL: on
+# clean valid LR saved as JPEG, PHOTO_MODEL wins at q90 and loses at q95 at every scale; the linear
+# crossing lies at q93.2 / 93.8 / 94.0 (x3 / x2 / x4) (docs/photo.md, "--model auto").
+NEAR_LOSSLESS_QUALITY = 94
+# What `sr upscale`, `sr serve` and `Upscaler()` use when no model is named: auto, since on every
+# measured set it equals DEFAULT_MODEL on lossless files and beats it on lossy ones (docs/photo.md).
+DEFAULT_CHOICE = AUTO_MODEL

@@ -13,7 +13,7 @@ import socket
 import sys
 from pathlib import Path
 
-from .. import AUTO_MODEL, DEFAULT_CHOICE, PHOTO_MODEL
+from .. import AUTO_MODEL, DEFAULT_CHOICE, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from ..errors import CLIError
 from .precision import add_precision_argument
 
@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--port", type=int, default=8000, help="TCP port (default: 8000)")
     a("--model", default=None,
       help=f"default model: a family in the weights folder (e.g. asa-base, {PHOTO_MODEL}), {AUTO_MODEL} "
-      f"(per upload: {PHOTO_MODEL} for lossy files, else asa-base) or a .safetensors file "
+      f"(per upload: {PHOTO_MODEL} for lossy files below quality {NEAR_LOSSLESS_QUALITY}, else asa-base; "
+      "docs/upscaling.md) or a .safetensors file "
       f"[SR_MODEL; {DEFAULT_CHOICE}]")
     a("--weights-dir", default=None, help="folder of <model>-x<scale>.safetensors [SR_WEIGHTS_DIR]")
     a("--device", default=None, help="auto | cpu | cuda | cuda:N | mps [SR_DEVICE; auto]")

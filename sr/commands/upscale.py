@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL, PHOTO_MODEL
+from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from .precision import add_precision_argument
 
 
@@ -39,13 +39,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="output folder (created if missing)")
     p.add_argument("-r", "--recursive", action="store_true",
                    help="scan folders recursively, keeping the sub-folder tree in OUTDIR (and ** in globs)")
-    family = f"weights/{DEFAULT_CHOICE}-x{{2,3,4}}" if DEFAULT_CHOICE != AUTO_MODEL else "see auto below"
     p.add_argument("-m", "--model", default=DEFAULT_CHOICE,
-                   help=f"shipped model family (default {DEFAULT_CHOICE}: {family}; {PHOTO_MODEL}: "
-                        "fine-tuned on blurred, noisy, JPEG-compressed inputs), a full name "
-                        f"({DEFAULT_MODEL}-x2), a .safetensors file, or '{AUTO_MODEL}': per input file, "
-                        f"{PHOTO_MODEL} for lossy files (JPEG, lossy WebP) and {DEFAULT_MODEL} for the rest, "
-                        "read from the file itself")
+                   help=f"'{AUTO_MODEL}' (per input file, read from the file itself: {PHOTO_MODEL} for "
+                        f"lossy files, JPEG or WebP below quality {NEAR_LOSSLESS_QUALITY}; {DEFAULT_MODEL} "
+                        f"for the rest, lossless files and JPEG/WebP of quality {NEAR_LOSSLESS_QUALITY} and "
+                        f"above), a shipped family ({DEFAULT_MODEL}: clean input; {PHOTO_MODEL}: fine-tuned "
+                        "on blurred, noisy, JPEG-compressed inputs), a full name "
+                        f"({DEFAULT_MODEL}-x2) or a .safetensors file (default: {DEFAULT_CHOICE})")
     p.add_argument("--denoise", type=denoise_arg, default=None, metavar="D",
                    help=f"0..1, with --model {PHOTO_MODEL} or {AUTO_MODEL} only: run {PHOTO_MODEL} "
                         f"blended with {DEFAULT_MODEL} of the same scale, every weight "

@@ -144,7 +144,8 @@ class Upscaler:
     ('asa-base-x2'), a .safetensors path, or a :class:`~sr.descriptor.ModelDescriptor` (e.g. of an
     in-memory network, which the engine then uses itself: moved to its device and dtype, frozen).
     ``"auto"``: per input, the photo family for lossy files (JPEG, lossy WebP), the default family
-    for the rest (:mod:`sr.inference.model_choice`; pass ``source=`` to :meth:`upscale`).
+    for the rest and for nearly lossless JPEGs and WebPs (:mod:`sr.inference.model_choice`; pass
+    ``source=`` to :meth:`upscale`).
 
     ``denoise`` (photo and auto only; default 1): D in [0, 1] runs the photo weights blended with
     the default family's of the same scale, every tensor (1 - D) * default + D * photo.

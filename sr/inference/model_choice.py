@@ -2,7 +2,9 @@
 
 ``auto`` picks per input file, from the file's own bytes (:func:`sr.lossy.inspect_compression`):
 the photo family (:data:`sr.PHOTO_MODEL`, fine-tuned on blurred, noisy, JPEG-compressed inputs) for
-lossy files (JPEG, lossy WebP), the default family (:data:`sr.DEFAULT_MODEL`) for lossless ones.
+lossy files (JPEG, lossy WebP), the default family (:data:`sr.DEFAULT_MODEL`) for lossless ones and for
+nearly lossless lossy files (a JPEG or WebP whose estimated quality is :data:`sr.NEAR_LOSSLESS_QUALITY`
+or more).
 :class:`AutoModel` holds one engine for each side, built at once from metadata (so a missing family
 is an error up front); their weights load on first use, as every engine's do.
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .. import AUTO_MODEL, DEFAULT_MODEL, PHOTO_MODEL
+from .. import AUTO_MODEL, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from ..descriptor import ModelDescriptor, family_of
 from ..lossy import Compression, inspect_compression
 
@@ -120,12 +122,21 @@ class ModelChoice:
         if self.denoise is not None and self.denoise != DEFAULT_DENOISE:
             model += f", denoise {self.denoise:g}"
         why = self.compression.describe() if self.compression is not None else "format unknown"
+        if self.lossy and self.model == DEFAULT_MODEL:
+            why += ": nearly lossless"
         return f"{AUTO_MODEL}: {model} ({why})"
 
 
+def nearly_lossless(compression: Compression | None) -> bool:
+    """A JPEG or lossy WebP whose estimated quality is :data:`sr.NEAR_LOSSLESS_QUALITY` or more: a
+    careful export of a clean image, which the default family upscales better than the photo family."""
+    q = None if compression is None else compression.estimated_quality
+    return q is not None and q >= NEAR_LOSSLESS_QUALITY
+
+
 def choose(compression: Compression | None, denoise: float | None = DEFAULT_DENOISE) -> ModelChoice:
-    """The rule: lossy -> PHOTO_MODEL (at ``denoise``), else DEFAULT_MODEL."""
-    if compression is not None and compression.lossy:
+    """The rule: lossy -> PHOTO_MODEL (at ``denoise``), except nearly lossless files; else DEFAULT_MODEL."""
+    if compression is not None and compression.lossy and not nearly_lossless(compression):
         return ModelChoice(PHOTO_MODEL, compression, DEFAULT_DENOISE if denoise is None else denoise)
     return ModelChoice(DEFAULT_MODEL, compression)
 

@@ -16,6 +16,7 @@ import pytest
 import torch
 from PIL import Image, ImageCms
 
+from sr import NEAR_LOSSLESS_QUALITY
 from sr.cli import main
 from sr.io import read_image
 from sr.models import NetConfig, SRNet, build_model
@@ -417,10 +418,10 @@ def test_model_auto_picks_per_file_and_says_so(tmp_path, shipped, capsys):
     save(src / "d.webp", photo(12, 16), lossless=True)
     assert sr(str(src), "-o", str(tmp_path / "dry"), "--model", "auto", "-n") == 0
     assert "a.jpg -> " in capsys.readouterr().out  # the dry run names the choice too
-    assert sr(str(src), "-o", str(tmp_path / "auto"), "--model", "auto", "-v") == 0
+    assert sr(str(src), "-o", str(tmp_path / "auto"), "-v") == 0  # auto is the default
     out = capsys.readouterr().out
     assert "(auto: photo (JPEG, quality ~72))" in out and "(auto: asa-base (PNG, lossless))" in out
-    assert "(auto: photo (WEBP, lossy))" in out and "(auto: asa-base (WEBP, lossless))" in out
+    assert "(auto: photo (WebP, quality ~" in out and "(auto: asa-base (WEBP, lossless))" in out
     assert "auto: asa-base for 2 files, photo for 2 files" in out
     for model in ("photo", "asa-base"):
         assert sr(str(src), "-o", str(tmp_path / model), "--model", model) == 0
@@ -469,7 +470,9 @@ def test_help_documents_auto_and_denoise(capsys, monkeypatch):
     with pytest.raises(SystemExit):
         main(["upscale", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "'auto': per input file, photo for lossy files (JPEG, lossy WebP) and asa-base" in text
+    assert ("'auto' (per input file, read from the file itself: photo for lossy files, JPEG or WebP below "
+            f"quality {NEAR_LOSSLESS_QUALITY}; asa-base for the rest") in text
+    assert "(default: auto)" in text
     assert "--denoise D" in text and "(1-D)*asa-base + D*photo" in text
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from sr import DEFAULT_MODEL, PHOTO_MODEL
+from sr import DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from sr.inference import UpscaleError, Upscaler, parse_denoise
 from sr.inference.model_choice import choose, compression_of
 from sr.io import DecodedImage, read_image
@@ -54,7 +54,15 @@ def _engine(folder: Path, model: str, **kwargs) -> Upscaler:
 
 @pytest.mark.parametrize("fmt, options, family, why", [
     ("JPEG", {"quality": 72}, PHOTO_MODEL, "JPEG, quality ~72"),
-    ("WEBP", {"quality": 80}, PHOTO_MODEL, "WEBP, lossy"),
+    ("JPEG", {"quality": NEAR_LOSSLESS_QUALITY - 1}, PHOTO_MODEL,
+     f"JPEG, quality ~{NEAR_LOSSLESS_QUALITY - 1}"),
+    ("JPEG", {"quality": NEAR_LOSSLESS_QUALITY}, DEFAULT_MODEL,
+     f"JPEG, quality ~{NEAR_LOSSLESS_QUALITY}: nearly lossless"),
+    ("JPEG", {"quality": 100}, DEFAULT_MODEL, "JPEG, quality ~100: nearly lossless"),
+    # WebP's quality is estimated from the VP8 quantisers (sr.lossy; exact enough on this noise tile)
+    ("WEBP", {"quality": 80}, PHOTO_MODEL, "WebP, quality ~81"),
+    ("WEBP", {"quality": 90}, PHOTO_MODEL, "WebP, quality ~90"),
+    ("WEBP", {"quality": 95}, DEFAULT_MODEL, "WebP, quality ~95: nearly lossless"),
     ("PNG", {}, DEFAULT_MODEL, "PNG, lossless"),
     ("WEBP", {"lossless": True}, DEFAULT_MODEL, "WEBP, lossless"),
 ])

@@ -6,13 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from sr import DEFAULT_CHOICE
 from sr.service.settings import FORM_OVERHEAD_BYTES, Settings, SettingsError
 
 
 def test_defaults_without_environment() -> None:
     s = Settings.from_env({})
     assert s == Settings()
-    assert (s.model, s.device, s.workers, s.api_key, s.cors_origins) == ("asa-base", "auto", 1, None, ())
+    assert (s.model, s.device, s.workers, s.api_key, s.cors_origins) == (DEFAULT_CHOICE, "auto", 1, None, ())
+    assert DEFAULT_CHOICE == "auto"  # the measured rule made auto the default (docs/photo.md)
     assert s.body_limit == s.max_upload_bytes + FORM_OVERHEAD_BYTES
 
 
