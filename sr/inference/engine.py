@@ -307,8 +307,10 @@ class Upscaler:
         if self._auto is not None:
             return self._auto.engines[DEFAULT_MODEL].dtype_for(scale)
         names = [record_name(self._descriptors[scale])]
-        if self._blend_base:  # a blend runs bf16 only where both of its files may
+        if self._blend_base:  # a blend runs bf16 only where both of its files may...
             names.append(record_name(self._blend_base[scale]))
+            if self.denoise == 0:  # ...but D = 0 is the default family's tensors exactly: its record decides
+                names = names[1:]
         return resolve_dtype(self.precision, self.device, names)
 
     @property

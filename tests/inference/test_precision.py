@@ -8,6 +8,9 @@ import torch
 from sr import weights as sr_weights
 from sr.inference import UpscaleError, Upscaler, devices, precision
 from sr.inference.precision import PrecisionError, parse_precision, resolve_dtype
+from sr.models import NetConfig, SRNet
+from sr.models.registry import ASA
+from sr.weights import save_weights
 
 CPU = torch.device("cpu")
 # Abridged flag lines: a Sapphire Rapids Xeon (AMX), and an EPYC with AVX-512 BF16 but no AMX.
@@ -101,3 +104,22 @@ def test_engine_resolves_per_scale_and_passes_precision_to_its_networks(weights_
     assert forced.dtype_for(2) == torch.float32
     with pytest.raises(UpscaleError, match="precision must be one of auto, fp32, bf16, got 'half'"):
         Upscaler("tiny", device="cpu", weights_dir=weights_dir, precision="half")
+
+
+def test_a_blend_needs_both_records_but_denoise_0_only_the_default_familys(tmp_path, cpuinfo, record,
+                                                                            monkeypatch):
+    for family, seed in (("asa-base", 0), ("photo", 1)):  # one architecture, other weights
+        torch.manual_seed(seed)
+        net = SRNet(NetConfig(scale=2, channels=8, blocks=2, attn_every=2, heads=2, attention="adaptive",
+                              attn_options=dict(ASA)))
+        save_weights(net, tmp_path / f"{family}-x2.safetensors")
+    monkeypatch.setattr(sr_weights, "WEIGHTS_DIR", tmp_path)
+    cpuinfo(XEON_AMX)
+    record({"asa-base-x2": 0.004, "photo-x2": 0.02})  # photo over the bar
+    dtype = {d: Upscaler("photo", device="cpu", weights_dir=tmp_path, denoise=d).dtype_for(2)
+             for d in (0, 0.5, 1)}
+    assert dtype == {0: torch.bfloat16, 0.5: torch.float32, 1: torch.float32}
+    record({"asa-base-x2": 0.02, "photo-x2": 0.004})  # the other way round
+    dtype = {d: Upscaler("photo", device="cpu", weights_dir=tmp_path, denoise=d).dtype_for(2)
+             for d in (0, 0.5, 1)}
+    assert dtype == {0: torch.float32, 0.5: torch.float32, 1: torch.bfloat16}
