@@ -52,9 +52,7 @@ class SetRule:
 
 def _to_photo(compression: Compression | None, quality: int) -> bool:
     """The shipped rule with its quality threshold moved to ``quality``."""
-    if compression is not None and compression.estimated_quality is not None:
-        return compression.estimated_quality < quality
-    return choose(compression).model == PHOTO_MODEL
+    return choose(compression, threshold=quality).model == PHOTO_MODEL
 
 
 def _load(path: Path) -> dict:

@@ -307,10 +307,11 @@ class Upscaler:
         if self._auto is not None:
             return self._auto.engines[DEFAULT_MODEL].dtype_for(scale)
         names = [record_name(self._descriptors[scale])]
-        if self._blend_base:  # a blend runs bf16 only where both of its files may...
-            names.append(record_name(self._blend_base[scale]))
-            if self.denoise == 0:  # ...but D = 0 is the default family's tensors exactly: its record decides
-                names = names[1:]
+        if self._blend_base:
+            # a blend runs bf16 only where both of its files may; D = 0 is the default family's tensors
+            # exactly, so its record alone decides
+            base = record_name(self._blend_base[scale])
+            names = [base] if self.denoise == 0 else [*names, base]
         return resolve_dtype(self.precision, self.device, names)
 
     @property

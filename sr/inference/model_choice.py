@@ -127,16 +127,18 @@ class ModelChoice:
         return f"{AUTO_MODEL}: {model} ({why})"
 
 
-def nearly_lossless(compression: Compression | None) -> bool:
-    """A JPEG or lossy WebP whose estimated quality is :data:`sr.NEAR_LOSSLESS_QUALITY` or more: a
-    careful export of a clean image, which the default family upscales better than the photo family."""
+def nearly_lossless(compression: Compression | None, threshold: int = NEAR_LOSSLESS_QUALITY) -> bool:
+    """A JPEG or lossy WebP whose estimated quality is ``threshold`` or more: a careful export of a
+    clean image, which the default family upscales better than the photo family."""
     q = None if compression is None else compression.estimated_quality
-    return q is not None and q >= NEAR_LOSSLESS_QUALITY
+    return q is not None and q >= threshold
 
 
-def choose(compression: Compression | None, denoise: float | None = DEFAULT_DENOISE) -> ModelChoice:
-    """The rule: lossy -> PHOTO_MODEL (at ``denoise``), except nearly lossless files; else DEFAULT_MODEL."""
-    if compression is not None and compression.lossy and not nearly_lossless(compression):
+def choose(compression: Compression | None, denoise: float | None = DEFAULT_DENOISE,
+           threshold: int = NEAR_LOSSLESS_QUALITY) -> ModelChoice:
+    """The rule: lossy -> PHOTO_MODEL (at ``denoise``), except nearly lossless files (estimated quality
+    ``threshold`` or more; research.auto_rule tries other thresholds); else DEFAULT_MODEL."""
+    if compression is not None and compression.lossy and not nearly_lossless(compression, threshold):
         return ModelChoice(PHOTO_MODEL, compression, DEFAULT_DENOISE if denoise is None else denoise)
     return ModelChoice(DEFAULT_MODEL, compression)
 
