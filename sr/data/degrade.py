@@ -314,6 +314,12 @@ TRAINING_CONFIGS: dict[str, DegradeConfig] = {
     # more resized-and-saved photos, a little less clean input and much less of the blind chain. Of
     # all samples: 25% clean, 63.75% only resized (+ JPEG), 11.25% the full chain.
     "photo-jpeg": DegradeConfig(clean_share=0.25, sharp_share=0.85, resize_weights=(0.2, 0.1, 0.7)),
+    # Not a photo family: a ceiling probe. The evaluation's own `web` ranges (area reduction, JPEG
+    # q60-85, nothing else, no clean share) on the training photos, i.e. a specialist for that one
+    # level. What it reaches on valid web bounds what any mix can buy there at this architecture and
+    # compute (training log, 2026-12-04: x4 +0.71 dB over bicubic where issue 42 asks +0.8).
+    "probe-web": DegradeConfig(clean_share=0.0, sharp_share=1.0, resize_kernels=("area",),
+                               resize_weights=(1.0,), jpeg_prob=1.0, jpeg_quality=(60, 85)),
 }
 
 
