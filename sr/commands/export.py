@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="output .safetensors path (.onnx with --onnx)")
     p.add_argument("--onnx", action="store_true",
                    help="export a trained model to ONNX (needs the extra: pip install -e '.[onnx]')")
+    p.add_argument("--experimental", metavar="NOTE", default=None,
+                   help="mark the weights as an experimental model, with a note on why (sr info shows it)")
     p.add_argument("--hardware", default=None,
                    help="hardware note for the metadata (default: what the checkpoint recorded training on)")
 
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.export import ExportError, export_checkpoint
 
     try:
-        done = export_checkpoint(args.checkpoint, args.output, args.hardware)
+        done = export_checkpoint(args.checkpoint, args.output, args.hardware, args.experimental)
     except ExportError as e:
         raise CLIError(str(e)) from None
     if done.validation:

@@ -174,17 +174,19 @@ def table_all(hw: tuple[int, int]) -> list[list[str]]:
     from ..models import PRESETS, build_model, count_macs, count_params
     from ..weights import catalog
 
-    shipped_names = {d.name for d in catalog()}
+    shipped: dict[str, list[str]] = {}  # "<preset>-x<scale>" -> the shipped files of that network
+    for d in catalog():
+        tag = f"{d.name} (experimental)" if d.meta.get("experimental") else d.name
+        shipped.setdefault(f"{d.preset}-x{d.scale}", []).append(tag)
     rows = [["model", "channels", "blocks", "attention", "params", "GMACs", "weights"]]
     for preset in PRESETS:
         for scale in (2, 3, 4):
             name = f"{preset}-x{scale}"
             model = build_model(name).eval()
-            shipped = name in shipped_names
             rows.append([
                 name, str(model.cfg.channels), str(model.cfg.blocks), model.cfg.attention,
                 f"{count_params(model):,}", f"{count_macs(model, hw) / 1e9:.2f}",
-                "shipped" if shipped else "-",
+                ", ".join(shipped.get(name, [])) or "-",
             ])
     return rows
 
@@ -211,7 +213,9 @@ def shipped_lines() -> list[str]:
             f"{params[0] / 1e6:.2f}-{params[-1] / 1e6:.2f} M"
         data = sorted({path for d in descs for path in json.loads(d.train_data or "[]")})
         pad = " " * width
-        lines += [f"{family:<{width}}  {scales}, {count} params",
+        note = next((d.meta["experimental"] for d in descs if d.meta.get("experimental")), None)
+        lines += [f"{family:<{width}}  {scales}, {count} params" + (" (experimental)" if note else ""),
+                  *([f"{pad}  experimental: {note}"] if note else []),
                   f"{pad}  PSNR {_psnr_line(descs)}",
                   f"{pad}  terms: {terms.summary(json.dumps(data), most=2)}"]
     return lines

@@ -27,6 +27,10 @@ PRESETS: dict[str, dict] = {
     # asa-base's body with the second attention design (same parameters: only the routing differs)
     "asa2-base": dict(channels=48, blocks=7, attn_every=3, heads=3, attention="adaptive", attn_options=ASA2),
     "asa3-base": dict(channels=48, blocks=7, attn_every=3, heads=3, attention="adaptive", attn_options=ASA3),
+    # asa-base's body with no attention: the conv-only arm of equal compute (its MACs per LR pixel are
+    # within 2% of asa-base's at every scale; the attention's MACs are small, its time is not, so
+    # equal compute is given as equal training CPU-hours). The experimental photo-conv family uses it.
+    "conv-base": dict(channels=48, blocks=7, attn_every=3, heads=3, attention="none", attn_options=ASA),
 }
 DEFAULT_PRESET = "asa-base"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ..descriptor import preset_of
 from ..models import SRNet, build_config
 from ..weights import save_weights
 from .config import TrainConfig
@@ -65,8 +66,12 @@ def recipe_metadata(cfg: dict, lineage: dict) -> dict[str, str]:
     return recipe
 
 
-def export_checkpoint(checkpoint: str | Path, output: str | Path, hardware: str | None = None) -> Exported:
-    """Write ``checkpoint``'s EMA weights and metadata to ``output`` (.safetensors), atomically."""
+def export_checkpoint(
+    checkpoint: str | Path, output: str | Path, hardware: str | None = None, experimental: str | None = None
+) -> Exported:
+    """Write ``checkpoint``'s EMA weights and metadata to ``output`` (.safetensors), atomically.
+
+    ``experimental``: a note that marks the file as an experimental model (``sr info`` shows it)."""
     if not Path(checkpoint).is_file():
         raise ExportError(f"checkpoint not found: {checkpoint}")
     if not str(output).endswith(".safetensors"):
@@ -82,9 +87,13 @@ def export_checkpoint(checkpoint: str | Path, output: str | Path, hardware: str 
     # cite only a validation of the exported weights themselves: last.pt's step is often not the best step
     # (best is checked too because checkpoints written before last_val existed only carry best)
     validated = next((v for v in (best, ckpt.get("last_val") or {}) if v.get("step") == ckpt["step"]), {})
+    extra = {"experimental": experimental} if experimental else {}
     out = save_weights(
         model, output,
-        preset=cfg["preset"], attention=model.cfg.attention, name=cfg["name"],
+        # a run that overrode the preset's attention names the preset its network is (conv-base for
+        # asa-base without attention), not the one it was built from
+        preset=preset_of(model.cfg) if cfg.get("attention") else cfg["preset"],
+        attention=model.cfg.attention, name=cfg["name"],
         train_data=json.dumps(cfg["train"]), steps=str(step),
         batch=str(cfg["batch"]), patch=str(cfg["patch"]),
         train_seconds=f"{past_seconds + ckpt.get('elapsed', 0.0):.0f}",
@@ -93,5 +102,6 @@ def export_checkpoint(checkpoint: str | Path, output: str | Path, hardware: str 
         validation=json.dumps(validated.get("results", {})),
         best_step=str(past_steps + best.get("step", ckpt["step"])),
         **recipe_metadata(cfg, lineage),
+        **extra,
     )
     return Exported(out, step, validated.get("results", {}))

@@ -89,8 +89,24 @@ def test_shipped_name_prefers_the_weights_file(capsys: pytest.CaptureFixture, tm
     f = _fields(out)
     assert f["source"] == f"weights file {path}" and f["training steps"] == "42"
     code, out, _ = _info(capsys, "--all", "--size", "24x24")
-    shipped = [line.split()[0] for line in out.splitlines() if line.endswith("shipped")]
-    assert shipped == ["asa-small-x3"]
+    shipped = [line.split() for line in out.splitlines() if not line.endswith(" -")]
+    assert [(row[0], row[-1]) for row in shipped[2:]] == [("asa-small-x3", "asa-small-x3")]
+
+
+def test_experimental_family_is_marked(capsys: pytest.CaptureFixture, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import sr.weights
+
+    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
+    save_weights(build_model("conv-base-x2"), tmp_path / "photo-conv-x2.safetensors", preset="conv-base",
+                 experimental="the conv-only arm of a paired comparison")
+    code, out, _ = _info(capsys)
+    assert code == 0
+    assert "photo-conv  x2, 0.32 M params (experimental)" in out
+    assert "experimental: the conv-only arm of a paired comparison" in out
+    code, out, _ = _info(capsys, "--all", "--size", "24x24")
+    row = next(line.split() for line in out.splitlines() if line.startswith("conv-base-x2 "))
+    assert row[3] == "none" and row[-2:] == ["photo-conv-x2", "(experimental)"]
 
 
 def test_helpers() -> None:

@@ -120,3 +120,14 @@ def test_a_variant_registered_here_builds_into_a_network_and_is_described(scratc
     assert net(torch.rand(1, 3, 5, 6)).shape == (1, 3, 10, 12)
     assert attention_summary(cfg) == "t-scaled (scale=0.25)"
     assert get_attention("t-scaled").k_max(cfg.attn_options) is None
+
+
+@pytest.mark.parametrize("scale", [2, 3, 4])
+def test_conv_base_is_asa_base_without_attention_at_equal_macs(scale):
+    from sr.models import build_model, count_macs
+
+    conv, asa = build_model(f"conv-base-x{scale}"), build_model(f"asa-base-x{scale}")
+    assert conv.cfg.attention == "none"
+    assert conv.cfg.to_dict() == build_model(f"asa-base-x{scale}", attention="none").cfg.to_dict()
+    hw = (48 * scale, 64 * scale)
+    assert abs(count_macs(conv, hw) / count_macs(asa, hw) - 1) < 0.05

@@ -61,3 +61,19 @@ def test_recipe_metadata_names_the_degradation_and_its_ranges() -> None:
     assert meta["degrade"] == "photo"
     assert json.loads(meta["degrade_config"]) == json.loads(json.dumps(TRAINING_CONFIGS["photo"].to_dict()))
     assert "degrade" not in recipe_metadata({"degrade": ""}, {})
+
+
+def test_an_attention_override_exports_as_the_preset_it_is_and_marks_experimental(tmp_path: Path) -> None:
+    from sr.models import SRNet
+
+    net = SRNet(build_config("asa-base", 2, attention="none"))
+    cfg = {"name": "arm-conv-x2", "preset": "asa-base", "scale": 2, "attention": "none", "train": ["data"],
+           "batch": 4, "patch": 16, "loss": "l1"}
+    path = tmp_path / "last.pt"
+    torch.save({"config": cfg, "ema": net.state_dict(), "step": 3, "elapsed": 1.0}, path)
+    done = export_checkpoint(path, tmp_path / "photo-conv-x2.safetensors", experimental="paired arm")
+    desc = describe(done.path)
+    assert (desc.preset, desc.attention) == ("conv-base", "none")
+    assert desc.meta["experimental"] == "paired arm"
+    plain = describe(export_checkpoint(_checkpoint(tmp_path), tmp_path / "w.safetensors").path)
+    assert "experimental" not in plain.meta
