@@ -5,7 +5,7 @@ writer quantises to 8 or 16 bits again. Between stages (the local writer queue, 
 an image therefore travels as uint8/uint16: a quarter or half the bytes, and no information lost on
 either side, because both conversions are the ones :mod:`sr.io` makes:
 
-- an input's floats are its file's integers divided by 255 or 65535 (``sr.io._decode``), so
+- an input's floats are its file's integers divided by 255 or 65535 (``sr.io.decode``), so
   rounding them back gives those integers, and dividing again gives the same floats bit for bit;
 - an output's integers are what ``sr.io.encode_image`` would quantise to (JPEG's compositing of
   alpha on white done first, as it does), and dividing them by the same maximum makes the encoder

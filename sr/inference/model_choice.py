@@ -90,7 +90,7 @@ def compression_of(source: Source | None, image: Any = None) -> Compression | No
     if isinstance(source, Compression):
         return source
     if source is not None:
-        from ..io import _quiet_pillow  # Pillow's warnings stay quiet here too, as when decoding
+        from ..io.decode import _quiet_pillow  # Pillow's warnings stay quiet here too, as when decoding
 
         try:
             with _quiet_pillow():

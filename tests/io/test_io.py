@@ -715,7 +715,7 @@ def test_write_into_missing_folder_or_onto_folder(tmp_path):
 
 
 def test_paeth_predictor_matches_png_spec():
-    from sr.io import _paeth
+    from sr.io.png16 import _paeth
 
     def spec(a: int, b: int, c: int) -> int:  # PNG specification, section 9.4
         p = a + b - c
@@ -783,7 +783,7 @@ def test_every_file_writer_goes_through_atomic_write(tmp_path, monkeypatch):
         written.append(Path(path).name)
         return real(path, data)
 
-    for module in ("sr.io", "sr.weights", "sr.data.patches", "sr.train.loop"):
+    for module in ("sr.io.encode", "sr.weights", "sr.data.patches", "sr.train.loop"):
         monkeypatch.setattr(f"{module}.atomic_write", spy)
     write_image(tmp_path / "img.png", small_image())
     net = SRNet(NetConfig(scale=2, channels=8, blocks=1, attention="none"))
@@ -896,7 +896,7 @@ def test_a_header_read_does_not_wait_for_another_threads_decode():
     import threading
     import warnings
 
-    from sr.io import _quiet_pillow
+    from sr.io.decode import _quiet_pillow
 
     filters = list(warnings.filters)
     inside, release, sizes = threading.Event(), threading.Event(), []

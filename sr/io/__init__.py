@@ -1,0 +1,99 @@
+"""Image I/O: decode common formats into float arrays, encode them back, write files atomically.
+
+:func:`read_image` turns a file, bytes or binary stream into a :class:`DecodedImage`: float32 colour in
+[0, 1] (one channel for gray sources, three for colour), alpha split off, EXIF orientation applied, the
+ICC profile kept, 16-bit sources kept at full precision. Anything it cannot take (empty, truncated,
+corrupt, not an image, animated, too many pixels) raises one :class:`ImageError` subclass with a clear
+message. :func:`encode_image` / :func:`write_image` go the other way: PNG (16-bit when the source
+was), JPEG or WebP, alpha recombined, ICC profile written back, files replaced atomically.
+
+:data:`FORMATS` is the one table of image formats (suffixes, Pillow names, MIME types, readable or
+writable) that the CLI, evaluation, training and the service read; :func:`atomic_write` is the one way
+sr writes a file (images, weights, checkpoints, caches, exports, reports).
+
+One module per job: :mod:`.formats` (the table), :mod:`.errors`, :mod:`.image` (the decoded image and
+its samples), :mod:`.guards` (decode-cost limits on the raw bytes), :mod:`.decode`, :mod:`.encode`,
+:mod:`.atomic` and :mod:`.png16` (Pillow cannot write 16-bit colour PNG). What is listed in
+``__all__`` is the public surface; names with a leading underscore stay inside the package.
+"""
+
+from .atomic import atomic_write
+from .decode import read_array, read_image, read_size
+from .encode import encode_image, write_image
+from .errors import (
+    AnimatedImageError,
+    DecodeLimitError,
+    ImageDecodeError,
+    ImageEncodeError,
+    ImageError,
+    ImageTooLargeError,
+    ImageWriteError,
+    UnsupportedModeError,
+)
+from .formats import (
+    FORMATS,
+    ImageFormat,
+    format_for,
+    format_from_path,
+    listed_suffixes,
+    normalize_format,
+    output_choices,
+    output_formats,
+    read_formats,
+    read_suffixes,
+    signatures,
+    suffix_for,
+    writable_format_for,
+)
+from .guards import (
+    DEFAULT_MAX_PIXELS,
+    MAX_JPEG_SCANS,
+    MAX_PNG_CHUNK,
+    MAX_PNG_CHUNKS,
+    MAX_PNG_METADATA,
+    check_decode_cost,
+)
+from .image import SAMPLE_TYPES, DecodedImage, quantize, to_float
+from .png16 import PNG_COMPRESS_LEVEL, encode_png16
+
+__all__ = [
+    "DEFAULT_MAX_PIXELS",
+    "FORMATS",
+    "MAX_JPEG_SCANS",
+    "MAX_PNG_CHUNK",
+    "MAX_PNG_CHUNKS",
+    "MAX_PNG_METADATA",
+    "PNG_COMPRESS_LEVEL",
+    "SAMPLE_TYPES",
+    "AnimatedImageError",
+    "DecodeLimitError",
+    "DecodedImage",
+    "ImageDecodeError",
+    "ImageEncodeError",
+    "ImageError",
+    "ImageFormat",
+    "ImageTooLargeError",
+    "ImageWriteError",
+    "UnsupportedModeError",
+    "atomic_write",
+    "check_decode_cost",
+    "encode_image",
+    "encode_png16",
+    "format_for",
+    "format_from_path",
+    "listed_suffixes",
+    "normalize_format",
+    "output_choices",
+    "output_formats",
+    "quantize",
+    "read_array",
+    "read_formats",
+    "read_image",
+    "read_size",
+    "read_suffixes",
+    "signatures",
+    "suffix_for",
+    "to_float",
+    "writable_format_for",
+    "write_image",
+]
