@@ -15,6 +15,7 @@ BENCHMARKS = {
     "upscale": "upscaling throughput (output MP/s) of shipped models vs bicubic",
     "paths": "inference paths side by side: tiered vs static attention, torch.compile, onnxruntime",
     "serve": "bounded load test of the HTTP service on loopback",
+    "cost": "attention share of a forward and achieved conv TFLOP/s, per model, precision and tile",
 }
 
 
