@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from . import __version__
 
@@ -26,10 +27,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Exit codes, the same for every command: the same class of problem always exits the same way.
+EXIT_CODES = """exit codes:
+  0    done (every input written or skipped)
+  1    the run failed: some inputs could not be read or written, or the output folder, the
+       device or the cluster refused the work
+  2    nothing was done: a bad argument, an unknown model or scale, or no input found
+  130  interrupted (Ctrl-C); outputs already written are complete files"""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but an argument error is one line (the usage block buried it) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The full parser for ``command`` (others listed by name only, so `sr --help` imports nothing)."""
-    parser = argparse.ArgumentParser(
-        prog="sr", description="Image super-resolution with adaptive sparse attention."
+    parser = OneLineParser(
+        prog="sr", description="Image super-resolution with adaptive sparse attention.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"sr {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

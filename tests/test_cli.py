@@ -81,7 +81,32 @@ def test_usage_errors_exit_2(fake: types.ModuleType, capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2
-    assert "usage: sr" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: " in err and "usage:" not in err, err
+
+
+def test_help_lists_the_exit_codes(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    listed = [line.split()[0] for line in out.split("exit codes:")[1].splitlines() if line[:6].strip()]
+    assert listed == ["0", "1", "2", "130"]
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["upscale", "x.png", "-o", "out", "--denoise", "2"],
+    ["upscale", "x.png", "-o", "out", "--scale", "7"],
+    ["upscale", "x.png", "-o", "out", "--precision", "fp8"],
+])
+def test_argument_errors_are_one_line_and_import_no_torch(argv: list[str]) -> None:
+    """One line and exit 2, decided before torch is imported (an error then takes as long as --version)."""
+    code = ("import sys; from sr.cli import main\n"
+            "try:\n    main(sys.argv[1:])\n"
+            "except SystemExit as e:\n    assert 'torch' not in sys.modules, 'torch imported'; raise\n")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("sr"), proc.stderr
 
 
 def test_parser_lists_every_command() -> None:

@@ -61,7 +61,7 @@ AUTH_REFUSED = ("Ray at {target!r} refused this client's authentication token (I
                 "the cluster has token authentication on; set RAY_AUTH_MODE=token and give this "
                 "machine the cluster's token (the head's ~/.ray/auth_token, copied to "
                 "~/.ray/auth_token here, or RAY_AUTH_TOKEN); docs/cluster.md")
-INSTALL_HINT = "--ray needs Ray Data: pip install 'sr[cluster]' (or pip install 'ray[data]')"
+INSTALL_HINT = "--ray needs Ray Data: pip install 'sr-asa[cluster]' (or pip install 'ray[data]')"
 # Attempts per image when its worker dies (crash, OOM kill, lost node): a file that kills every worker
 # it meets is reported as failed instead of taking the batch down or looping forever.
 MAX_ATTEMPTS = 3

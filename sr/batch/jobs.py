@@ -15,6 +15,9 @@ from pathlib import Path
 from ..errors import CLIError
 from .options import BatchOptions
 
+# The problem of an input that names nothing on disk.
+MISSING = "no such file or folder"
+
 
 @dataclass
 class Job:
@@ -82,7 +85,7 @@ def collect_inputs(
                 elif m.is_dir():
                     scan(m)
         else:
-            add(path, Path(path.name), problem="no such file or folder")
+            add(path, Path(path.name), problem=MISSING)
     return jobs
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..errors import CLIError
-from .jobs import collect_inputs, default_suffix, plan_outputs, prepare_output_folder
+from .jobs import MISSING, collect_inputs, default_suffix, plan_outputs, prepare_output_folder
 from .options import BatchOptions
 from .report import OnDisk, Stats, dry_run, summary
 from .stages import make_upscaler
@@ -42,8 +42,10 @@ def run_batch(opts: BatchOptions) -> int:
     if outdir.exists() and not outdir.is_dir():
         raise CLIError(f"output {outdir} exists and is not a folder")
     jobs = collect_inputs(opts.inputs, opts.recursive, outdir)
-    if not jobs:
-        raise CLIError("no input images found")
+    missing = [j for j in jobs if j.problem == MISSING]
+    if len(missing) == len(jobs):  # nothing to read: say so before any output folder is created
+        named = "; ".join(f"{j.src}: {MISSING}" for j in missing[:3]) + ("; ..." if len(missing) > 3 else "")
+        raise CLIError("no input images found" + (f" ({named})" if named else ""))
     suffix = opts.suffix if opts.suffix is not None else default_suffix(opts, min(up.scales))
     plan_outputs(jobs, outdir, suffix, opts)
     todo = [j for j in jobs if j.problem is None and not j.skip]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from ..request import PRECISIONS
+
 PRECISION_HELP = ("the network's number type: auto (CPU: bf16 where the CPU has AMX and the model's "
                   "measured bf16 cost is within 0.01 dB, else fp32; GPU: bf16/fp16), fp32 or bf16")
 
 
 def add_precision_argument(p: argparse.ArgumentParser, default: str | None = "auto", note: str = "") -> None:
     """Add ``--precision``; a bad value exits 2 with the choices (argparse)."""
-    from ..inference.precision import PRECISIONS
-
     default_text = f"; default {default}" if default is not None else ""
     p.add_argument("--precision", default=default, type=str.lower, choices=PRECISIONS,
                    help=f"{PRECISION_HELP}{note}{default_text}")

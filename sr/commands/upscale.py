@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 
 from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
+from ..io import DEFAULT_MAX_PIXELS
+from ..request import ALPHA_MODES, DEFAULT_TILE_OVERLAP, parse_denoise
 from .precision import add_precision_argument
 
 
@@ -22,8 +24,6 @@ def format_choices() -> tuple[str, ...]:
 
 def denoise_arg(text: str) -> float:
     """argparse type of ``--denoise``: a number from 0 to 1 (a bad value exits 2 with the reason)."""
-    from ..inference import parse_denoise
-
     try:
         return parse_denoise(text)
     except ValueError as e:
@@ -31,9 +31,6 @@ def denoise_arg(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..inference import ALPHA_MODES, DEFAULT_TILE_OVERLAP
-    from ..io import DEFAULT_MAX_PIXELS
-
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders or glob patterns")
     p.add_argument("-o", "--output", required=True, metavar="OUTDIR",
                    help="output folder (created if missing)")
@@ -99,7 +96,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(inferno, black = no attention, pale yellow = the model's k_max regions)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
                    help=f"refuse inputs with more pixels than this (default {DEFAULT_MAX_PIXELS})")
-    cluster = p.add_argument_group("Ray (pip install 'sr[cluster]'; docs/cluster.md)")
+    cluster = p.add_argument_group("Ray (pip install 'sr-asa[cluster]'; docs/cluster.md)")
     cluster.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                          help="run on Ray Data: a local Ray without ADDRESS (or RAY_ADDRESS), else join "
                               "the cluster at ADDRESS (e.g. 10.0.0.1:6379 or auto)")

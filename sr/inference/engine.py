@@ -29,6 +29,7 @@ from ..descriptor import ModelDescriptor
 from ..io import SAMPLE_TYPES, to_float
 from ..io import quantize as quantize_samples
 from ..models import ATTENTION_PATHS, SRNet, set_attention_path
+from ..request import ALPHA_MODES, DEFAULT_TILE_OVERLAP
 from .devices import DeviceError, available_memory, configure_threads, resolve_device
 from .ensemble import self_ensemble
 from .model_choice import AutoModel, ModelChoice, Source, check_denoise
@@ -36,11 +37,6 @@ from .precision import PrecisionError, parse_precision, record_name, resolve_dty
 from .resample import resize_to
 from .tiling import ProgressFn, TileFn, min_tile, run_tiled
 
-ALPHA_MODES = ("bicubic", "model")
-# Default overlap between tiles in input pixels, from the PSNR-vs-overlap sweep of `sr bench upscale
-# --sweep-tile` (docs/benchmarks.md): with 16 px a trained model's tiled output is within ~66-68 dB of
-# the whole image even for 64-128 px tiles; more overlap gains < 1 dB for up to 1.8x the compute.
-DEFAULT_TILE_OVERLAP = 16
 MAX_PASSES = 8
 # A hard stop for absurd requests (1x1 -> outscale 1e5): the float32 output alone would not fit.
 MAX_OUTPUT_PIXELS = 2**28

@@ -19,7 +19,6 @@ service and Python callers share this one rule.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any, Protocol
 from .. import AUTO_MODEL, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from ..descriptor import ModelDescriptor, family_of
 from ..lossy import Compression, inspect_compression
+from ..request import DEFAULT_DENOISE, DENOISE_MODELS, parse_denoise
 
 
 class Upscaler(Protocol):
@@ -37,30 +37,8 @@ class Upscaler(Protocol):
     scales: list[int]
     _descriptors: dict[int, ModelDescriptor]
 
-# Models that take a denoise strength, and the strength when none is given (the photo model as trained).
-DENOISE_MODELS = (PHOTO_MODEL, AUTO_MODEL)
-DEFAULT_DENOISE = 1.0
 # What auto reads to decide: a file path, the file's bytes, or an already known Compression.
 Source = str | Path | bytes | Compression
-
-
-def parse_denoise(value: object) -> float:
-    """A denoise strength in [0, 1] from a number or its text; ValueError saying why otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"denoise must be a number from 0 to 1, got {value!r}")
-    if isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            raise ValueError(f"denoise must be a number from 0 to 1, got {value!r}") from None
-    elif isinstance(value, (int, float)):
-        number = float(value)
-    else:
-        raise ValueError(f"denoise must be a number from 0 to 1, got {value!r}")
-    if not math.isfinite(number) or not 0 <= number <= 1:
-        raise ValueError(f"denoise must be a number from 0 to 1 (0 = {DEFAULT_MODEL}, 1 = {PHOTO_MODEL}), "
-                         f"got {value!r}")
-    return number
 
 
 def takes_denoise(model: object) -> bool:

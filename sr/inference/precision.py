@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import weights as sr_weights
+from ..request import PRECISIONS
 from .devices import cpu_has_native_bf16, pick_dtype
 
 if TYPE_CHECKING:
     from ..descriptor import ModelDescriptor
 
-PRECISIONS = ("auto", "fp32", "bf16")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # The most valid Y-PSNR a model may lose in bf16 for auto to pick it on a CPU (issue 43).
 MAX_BF16_COST_DB = 0.01

@@ -176,7 +176,7 @@ def test_without_ray_the_flag_says_how_to_install(tmp_path, tiny_x2, monkeypatch
     monkeypatch.setitem(sys.modules, "ray.data", None)
     assert upscale(tmp_path / "x.png", tmp_path / "out", tiny_x2, "--ray") == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("sr upscale: error: --ray needs Ray Data: pip install 'sr[cluster]' "
+    assert err == ("sr upscale: error: --ray needs Ray Data: pip install 'sr-asa[cluster]' "
                    "(or pip install 'ray[data]')")
     assert not (tmp_path / "out").exists()
 

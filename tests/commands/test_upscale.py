@@ -183,6 +183,16 @@ def test_missing_input_is_a_failure_but_others_run(tmp_path, tiny, capsys):
     assert outputs(tmp_path / "out") == ["x_x2.png"]
 
 
+def test_only_missing_inputs_exit_2_and_create_no_folder(tmp_path, tiny, capsys):
+    """Nothing found (a missing file, an empty glob) is one class of problem: one line, exit 2, and
+    no output folder left behind."""
+    for missing in (str(tmp_path / "nope.png"), str(tmp_path / "*.none")):
+        assert sr(missing, "-o", str(tmp_path / "out"), "--model", tiny) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no input images found" in err, err
+        assert not (tmp_path / "out").exists()
+
+
 def test_budget_map_file_at_output_size(tmp_path, tiny):
     save(tmp_path / "in" / "x.png", photo(20, 28))
     assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--model", tiny, "--save-budget-map",
