@@ -8,6 +8,10 @@ them alike; each image's time is the fastest of ``--rounds``, and output MP/s is
 over the summed times. The ratio (ours / IMDN) is the figure to quote; lone MP/s vary with the
 machine's load. Parameters and MACs (1280x720 output) are printed beside the speeds.
 ``--precision bf16`` runs both networks in bf16 (default fp32).
+
+``--real-input`` compares instead, at x4 on degraded input, public real-input models (light SAFMN++,
+Real-ESRGAN general-x4v3) with bicubic, asa-base and photo: quality per degradation level and speed
+on the same CPU (:mod:`research.real_input`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    " scale)")
     p.add_argument("--scales", default="2,3,4",
                    help="scales to compare, of those the model has (default 2,3,4)")
-    p.add_argument("--hr", default=str(DEFAULT_HR), help="folder of HR images (default: Set14)")
+    p.add_argument("--hr", default=None,
+                   help="folder of HR images (default: Set14; with --real-input: valid)")
     p.add_argument("--images", type=int, default=None, help="use only the first N images (default: all)")
     p.add_argument("--rounds", type=int, default=2, help="timed passes per image and network (default 2)")
     p.add_argument("--threads", type=int, default=1,
@@ -45,6 +50,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_precision_argument(p, default="fp32", note=" (both networks run in it; auto: what the engine "
                                                    "picks for each of our scales)")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+    g = p.add_argument_group("real input (x4: public real-input models on degraded sets)")
+    g.add_argument("--real-input", action="store_true",
+                   help="compare light SAFMN++ and Real-ESRGAN general-x4v3 with bicubic, asa-base and photo "
+                        "at x4: PSNR/SSIM per degradation level, seconds per MP "
+                        "(--model/--scales/--precision do not apply)")
+    g.add_argument("--peers-dir", default=str(REPO.parent / "shared" / "peers"),
+                   help="folder of the public weights (default: ../shared/peers)")
+    g.add_argument("--levels", default="all",
+                   help="degraded levels besides clean: web, mild, medium, heavy, a comma list, all or none "
+                        "(default all)")
+    g.add_argument("--degrade-dir", default="runs/degraded",
+                   help="where the degraded sets are built once and reused, as `sr degrade -o` "
+                        "(default runs/degraded)")
+    g.add_argument("--denoise-strength", type=float, default=0.5,
+                   help="Real-ESRGAN's blend of general and its weak-denoise twin (default 0.5, its own)")
 
 
 @dataclass
@@ -105,6 +125,12 @@ def run(args: argparse.Namespace) -> int:
 
     from .imdn import IMDN
 
+    if args.real_input:
+        from .real_input import run as run_real_input
+
+        return run_real_input(args)
+    if args.hr is None:
+        args.hr = str(DEFAULT_HR)
     if (args.images is not None and args.images < 1) or args.rounds < 1:
         raise CLIError("--images and --rounds must be >= 1")
     set_threads(args.threads)
