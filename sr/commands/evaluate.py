@@ -153,7 +153,8 @@ def load_model(
     except PrecisionError as e:
         raise CLIError(str(e)) from None
     net = model.net.to(device=device, dtype=dtype)
-    label = model.meta.get("name") or model.name
+    # the model's own name (asa-base-x2), not its training run's in the metadata (x2-extra)
+    label = model.name
     extras = ", x8 self-ensemble" if tta else ""
     extras += f", {precision_name(dtype)}" if dtype != torch.float32 else ""
     extras += f", attention budget {budget:g}" if budget is not None else ""

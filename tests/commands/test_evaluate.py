@@ -281,6 +281,19 @@ def test_a_family_name_takes_the_model_of_the_scale(capsys: pytest.CaptureFixtur
     assert code == 2 and err.strip() == "sr eval: error: tiny has no x3 model (it has x2)"
 
 
+def test_the_model_is_named_by_its_name_not_its_training_run(
+    capsys: pytest.CaptureFixture, sets: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shipped weights keep their run's name in the metadata (asa-base-x2 was trained as x2-extra):
+    the report names the model the user asked for."""
+    import sr.weights
+
+    save_weights(build_model("asa-small-x2"), tmp_path / "tiny-x2.safetensors", name="x2-extra", steps="7")
+    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
+    code, out, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", "tiny-x2", "-q")
+    assert code == 0 and "model: tiny-x2 (" in out and "x2-extra" not in out, out
+
+
 def test_progress_bar_on_a_terminal_only(sets: dict[str, Path]) -> None:
     import fcntl
     import pty
