@@ -48,8 +48,10 @@ def collect_inputs(
     """Files, folders and globs -> jobs in a stable order (duplicates dropped). Folder scans skip
     hidden files and anything inside ``outdir`` (earlier outputs are not new inputs)."""
     from ..io import read_suffixes
+    from ..video import VIDEO_SUFFIXES
 
-    suffixes = read_suffixes()  # picked up when scanning folders (files named explicitly are always tried)
+    # picked up when scanning folders (files named explicitly are always tried)
+    suffixes = read_suffixes() | VIDEO_SUFFIXES
     out_resolved = outdir.resolve() if outdir is not None else None
     jobs: list[Job] = []
     seen: set[Path] = set()
@@ -104,15 +106,20 @@ def default_suffix(opts: BatchOptions, default_scale: int) -> str:
 def plan_outputs(jobs: list[Job], outdir: Path, suffix: str, opts: BatchOptions) -> None:
     """Fill each job's output path and decide skip/problem; refuse any output that is an input."""
     from ..io import suffix_for
+    from ..video import is_video
+    from ..video.settings import output_suffix
 
     inputs = {j.src.resolve(): j.src for j in jobs if j.problem is None}
     taken: dict[Path, Path] = {}
     for job in jobs:
         if job.problem is not None:
             continue
-        extension = suffix_for(output_format(job, opts.format))
+        video = is_video(job.src)
+        extension = (output_suffix(job.src, opts.video_codec) if video
+                     else suffix_for(output_format(job, opts.format)))
         job.out = outdir / job.rel.parent / f"{job.rel.stem}{suffix}{extension}"
-        job.budget = job.out.with_name(f"{job.out.stem}_budget.png") if opts.save_budget_map else None
+        job.budget = (job.out.with_name(f"{job.out.stem}_budget.png")
+                      if opts.save_budget_map and not video else None)
         for target in (job.out, job.budget):
             if target is not None and target.resolve() in inputs:
                 raise CLIError(

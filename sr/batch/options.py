@@ -49,6 +49,10 @@ class BatchOptions:
     dry_run: bool = False
     save_budget_map: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
+    # videos (sr.video): --video-codec, --crf (None: the codec's default), --frames A:B
+    video_codec: str = "h264"
+    crf: int | None = None
+    frames: str | None = None
     ray: str | None = None  # None: local threads; "" a local Ray; else the cluster's address
     ray_actors: int | None = None
 
@@ -101,8 +105,22 @@ class BatchOptions:
             if not takes_denoise(self.model):
                 raise CLIError(f"--denoise applies only to --model {' or '.join(DENOISE_MODELS)}, "
                                f"not {self.model!r}")
+        self._check_video()
         self.tile_size  # noqa: B018 - raises the --tile error now, before any work
         return self if self.ray is None else self._checked_ray()
+
+    def _check_video(self) -> None:
+        from ..video.settings import CODECS, parse_frames
+
+        if self.video_codec not in CODECS:
+            raise CLIError(f"unknown --video-codec {self.video_codec!r}; choose from {', '.join(CODECS)}")
+        if self.crf is not None and not 0 <= self.crf <= 63:
+            raise CLIError(f"--crf must be 0-63, got {self.crf}")
+        if self.frames is not None:
+            try:
+                parse_frames(self.frames)
+            except ValueError as e:
+                raise CLIError(str(e)) from None
 
     def _checked_ray(self) -> BatchOptions:
         if self.ray_actors is not None and self.ray_actors < 1:

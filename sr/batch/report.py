@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import AUTO_MODEL
+from ..video import is_video
 from .jobs import Job
 from .stages import NO_BUDGET_MAPS, Written
 
@@ -99,7 +100,9 @@ def dry_run(jobs: list[Job], todo: list[Job], skipped: int, up: Upscaler | None 
             print(f"{job.src} -> {job.out} (exists, skipped)")
         else:
             extra = f" + {job.budget}" if job.budget is not None else ""
-            choice = up.choose(job.src) if up is not None else None  # auto: read from the file's header
+            choice = None  # auto: read from the file's header (a video's codec is known once probed)
+            if up is not None and not is_video(job.src):
+                choice = up.choose(job.src)
             extra += f" ({choice.describe()})" if choice is not None else ""
             print(f"{job.src} -> {job.out}{extra}")
     problems = sum(j.problem is not None for j in jobs)

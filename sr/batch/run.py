@@ -12,10 +12,24 @@ import time
 from pathlib import Path
 
 from ..errors import CLIError
-from .jobs import MISSING, collect_inputs, default_suffix, plan_outputs, prepare_output_folder
+from .jobs import MISSING, Job, collect_inputs, default_suffix, plan_outputs, prepare_output_folder
 from .options import BatchOptions
 from .report import OnDisk, Stats, dry_run, summary
 from .stages import make_upscaler
+
+
+def split_videos(todo: list[Job], on_ray: bool) -> list[Job]:
+    """Take the videos out of ``todo`` (in place) and return them: they run after the images, one
+    at a time, each streamed through :mod:`sr.video`."""
+    from ..video import check_installed, is_video
+
+    videos = [j for j in todo if is_video(j.src)]
+    if videos:
+        if on_ray:
+            raise CLIError("--ray does not take videos yet: run them without --ray")
+        check_installed()
+        todo[:] = [j for j in todo if not is_video(j.src)]
+    return videos
 
 
 def run_batch(opts: BatchOptions) -> int:
@@ -49,9 +63,10 @@ def run_batch(opts: BatchOptions) -> int:
     suffix = opts.suffix if opts.suffix is not None else default_suffix(opts, min(up.scales))
     plan_outputs(jobs, outdir, suffix, opts)
     todo = [j for j in jobs if j.problem is None and not j.skip]
+    videos = split_videos(todo, on_ray)  # the rest of todo: images
     skipped = sum(j.skip for j in jobs)
     if opts.dry_run:
-        return dry_run(jobs, todo, skipped, up)
+        return dry_run(jobs, todo + videos, skipped, up)
     # Ray first (an unreachable cluster is an error before anything is created); its start-up lines
     # then come before the progress bar. The session stops a Ray it started, whatever happens.
     with cluster.connect(opts.ray) if on_ray else contextlib.nullcontext():
@@ -59,7 +74,7 @@ def run_batch(opts: BatchOptions) -> int:
         prepare_output_folder(outdir)
         if executor is not None:
             executor.check_workers()  # the workers see the inputs and can write the outputs
-        stats = Stats(len(todo), verbose=opts.verbose)
+        stats = Stats(len(todo) + len(videos), verbose=opts.verbose)
         for job in jobs:
             if job.problem is not None:
                 stats.bar.write(f"sr upscale: {job.src}: {job.problem}", file=sys.stderr)
@@ -69,10 +84,14 @@ def run_batch(opts: BatchOptions) -> int:
         try:
             if executor is not None:
                 executor.run(stats)
-            else:
+            elif todo:
                 from .local import run_local
 
                 run_local(up, todo, stats, opts)
+            if videos:
+                from ..video.batch import run_videos
+
+                run_videos(up, videos, stats, opts)
         except KeyboardInterrupt:
             stats.bar.close()
             stats.done = max(stats.done, on_disk.written())  # Ray's in-flight outputs are files too

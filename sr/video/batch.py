@@ -1,0 +1,43 @@
+"""The batch's videos, one after the other on the local engine, each reported like an image: done
+(with its frames/s and output MP/s) or failed with one line naming the file."""
+
+from __future__ import annotations
+
+import shutil
+from typing import TYPE_CHECKING
+
+from . import VideoError
+from .run import parts_folder, upscale_video
+
+if TYPE_CHECKING:
+    from ..batch.jobs import Job
+    from ..batch.options import BatchOptions
+    from ..batch.report import Stats
+    from ..inference import Upscaler
+
+
+def run_videos(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOptions) -> None:
+    """Upscale each video job into its ``out``; a bad video is one line in ``stats`` and leaves no
+    output (nor segments); Ctrl-C keeps the committed segments for the next run to resume from."""
+    from ..inference import UpscaleError
+
+    for job in videos:
+        try:
+            if job.out.exists() and not (opts.overwrite or opts.skip_existing):
+                raise VideoError(f"output {job.out} appeared meanwhile (use --overwrite)")
+            r = upscale_video(up, job.src, job.out, opts)
+        except (VideoError, UpscaleError) as e:
+            shutil.rmtree(parts_folder(job.out), ignore_errors=True)
+            stats.fail(job.src, str(e))
+            continue
+        except OSError as e:
+            stats.fail(job.src, f"writing failed ({e.strerror or e})")
+            continue
+        fps = r.frames / r.seconds if r.seconds > 0 else 0.0
+        mps = r.out_pixels / 1e6 / r.seconds if r.seconds > 0 else 0.0
+        with stats.lock:
+            if r.chosen:
+                stats.chosen[r.chosen] += 1
+            stats.bar.write(f"{job.src} -> {job.out}: {r.frames} frames in {r.seconds:.1f} s "
+                            f"({fps:.2f} frames/s, {mps:.2f} output MP/s; {r.choice or r.model})")
+        stats.ok(r.out_pixels)

@@ -1,0 +1,149 @@
+"""One video job: probe, plan the segments, encode the missing ones, join, clean up.
+
+A segment folder ``.<output name>.sr-parts`` next to the output holds the committed segments and what
+they were made from (``plan.json``); a later run with the same input and settings picks up where the
+last one stopped, anything else starts it afresh. It is removed once the output is written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import VideoError
+from . import segments as seg
+from .join import join
+from .probe import VideoInfo, probe
+from .settings import VideoSettings
+
+if TYPE_CHECKING:
+    from ..batch.options import BatchOptions
+    from ..inference import Upscaler
+
+
+@dataclass
+class VideoResult:
+    frames: int
+    out_pixels: int  # all frames' output pixels
+    seconds: float
+    model: str
+    choice: str = ""  # --model auto: what was chosen and why
+    chosen: str = ""
+
+
+def settings_of(opts: BatchOptions) -> VideoSettings:
+    from .settings import parse_frames
+
+    return VideoSettings(codec=opts.video_codec, crf=opts.crf,
+                         frames=parse_frames(opts.frames) if opts.frames else None)
+
+
+def parts_folder(out: Path) -> Path:
+    return out.with_name(f".{out.name}.sr-parts")
+
+
+def _span(info: VideoInfo, settings: VideoSettings) -> tuple[int, int]:
+    a, b = settings.frames or (0, None)
+    b = info.frames if b is None else min(b, info.frames)
+    if a >= b:
+        raise VideoError(f"--frames starts at {a}, but the video has {info.frames} frames")
+    return a, b
+
+
+def frame_upscaler(up: Upscaler, info: VideoInfo, opts: BatchOptions):  # noqa: ANN201 - a closure
+    """float RGB frame -> uint8 RGB output frame, with the batch's model and size options; for
+    ``--model auto`` the video's codec says lossy (photo family) or lossless (the default family)."""
+    from ..io import DecodedImage
+    from ..lossy import Compression
+
+    source = Compression(format=info.codec.upper(), lossy=not info.lossless)
+    last = {}
+
+    def run(rgb: np.ndarray) -> np.ndarray:
+        result = up.upscale(DecodedImage(rgb), scale=opts.scale, outscale=opts.outscale, width=opts.width,
+                            height=opts.height, tta=opts.tta, source=source, quantize=True)
+        last["result"] = result
+        return result.image.pixels
+
+    run.last = last  # type: ignore[attr-defined]
+    return run
+
+
+def _plan_key(info: VideoInfo, opts: BatchOptions, settings: VideoSettings, a: int, b: int,
+              size: int) -> dict:
+    st = info.path.stat()
+    return {"input": str(info.path.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "model": str(opts.model), "denoise": opts.denoise, "scale": opts.scale, "outscale": opts.outscale,
+            "width": opts.width, "height": opts.height, "tta": opts.tta, "precision": opts.precision,
+            "codec": settings.codec, "crf": settings.quality, "frames": [a, b], "segment": size}
+
+
+def prepare_parts(parts: Path, key: dict) -> None:
+    """The segment folder for ``key``: kept when it holds this very plan's segments, else emptied."""
+    plan_file = parts / "plan.json"
+    try:
+        same = json.loads(plan_file.read_text()) == key
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        shutil.rmtree(parts, ignore_errors=True)
+        parts.mkdir(parents=True)
+        plan_file.write_text(json.dumps(key))
+
+
+def check_size(up: Upscaler, info: VideoInfo, opts: BatchOptions) -> None:
+    from ..inference import UpscaleError
+
+    try:
+        (h, w), _ = up.plan(info.height, info.width, opts.scale, opts.outscale, opts.width, opts.height)
+    except UpscaleError as e:
+        raise VideoError(str(e)) from None
+    if h % 2 or w % 2:
+        raise VideoError(f"output size {w}x{h} is odd: 4:2:0 video needs even sizes (choose another "
+                         "--width/--height/--outscale)")
+
+
+def upscale_video(
+    up: Upscaler, src: Path, out: Path, opts: BatchOptions, segment_frames: int = 0
+) -> VideoResult:
+    """Upscale ``src`` into ``out`` (VideoError for this video's fault; nothing at ``out`` then)."""
+    from tqdm import tqdm
+
+    settings = settings_of(opts)
+    info = probe(src)
+    a, b = _span(info, settings)
+    check_size(up, info, opts)
+    size = segment_frames or seg.SEGMENT_FRAMES
+    spans = seg.plan(a, b, size)
+    parts = parts_folder(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    prepare_parts(parts, _plan_key(info, opts, settings, a, b, size))
+    paths = [seg.segment_path(parts, i) for i in range(len(spans))]
+    done = sum(s[1] - s[0] for s, p in zip(spans, paths, strict=True) if p.exists())
+    upscale = frame_upscaler(up, info, opts)
+    bar = tqdm(total=b - a, initial=done, unit="frame", desc=src.name, leave=False, position=1,
+               disable=None, file=sys.stderr, dynamic_ncols=True)
+    start = time.perf_counter()
+    try:
+        for (sa, sb), path in zip(spans, paths, strict=True):
+            if not path.exists():
+                seg.encode_segment(info, sa, sb, upscale, settings, path, on_frame=lambda: bar.update(1))
+        join(info, paths, [sa for sa, _ in spans], out, a, b)
+    finally:
+        bar.close()
+    shutil.rmtree(parts, ignore_errors=True)
+    seconds = time.perf_counter() - start
+    result = upscale.last.get("result")
+    (oh, ow), _ = up.plan(info.height, info.width, opts.scale, opts.outscale, opts.width, opts.height)
+    choice = result.choice if result is not None else None
+    return VideoResult(frames=b - a, out_pixels=(b - a) * ow * oh, seconds=seconds,
+                       model=result.model if result is not None else str(opts.model),
+                       choice=choice.describe() if choice is not None else "",
+                       chosen=choice.model if choice is not None else "")

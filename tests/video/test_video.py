@@ -1,0 +1,153 @@
+"""sr.video end to end on tiny generated clips: what is kept, resumption, bad input."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sr.batch import BatchOptions, run_batch
+from sr.batch.stages import make_upscaler
+from sr.video import VideoError
+from sr.video import segments as seg
+from sr.video.probe import probe
+from sr.video.run import parts_folder, upscale_video
+from sr.video.settings import parse_frames
+
+av = pytest.importorskip("av")
+
+
+def _streams(path: Path) -> dict:
+    with av.open(str(path)) as c:
+        v = c.streams.video[0]
+        pts = sorted(f.pts for f in c.decode(v))
+        size, tb, codec = (v.width, v.height), v.time_base, v.codec_context.name
+    with av.open(str(path)) as c:
+        a = c.streams.audio
+        audio = None
+        if a:
+            packets = [p for p in c.demux(a[0]) if p.size]
+            end = max((p.pts + p.duration) * p.time_base for p in packets)
+            start = min(p.pts * p.time_base for p in packets)
+            audio = (end - start, a[0].codec_context.name)
+        return {"size": size, "times": [t * tb for t in pts], "audio": audio,
+                "title": c.metadata.get("title"), "codec": codec}
+
+
+def _opts(model: str | Path, out: Path, **kw) -> BatchOptions:
+    return BatchOptions(inputs=(), output=str(out), model=str(model), threads=1, **kw).checked()
+
+
+def test_output_keeps_frames_times_audio_and_title(make_clip, tiny_x2, tmp_path) -> None:
+    src = make_clip(frames=7)
+    out = tmp_path / "out" / "clip_x2.mp4"
+    r = upscale_video(make_upscaler(_opts(tiny_x2, tmp_path)), src, out, _opts(tiny_x2, tmp_path),
+                      segment_frames=3)
+    got, want = _streams(out), _streams(src)
+    assert r.frames == 7 and got["size"] == (128, 96) and got["codec"] == "h264"
+    assert got["times"] == want["times"]  # every frame at its time: 24 fps kept
+    assert got["title"] == "hello"
+    assert got["audio"][1] == "aac" and got["audio"][0] == want["audio"][0]  # copied, same duration
+    assert not parts_folder(out).exists()
+
+
+def test_variable_frame_rate_is_kept(make_clip, tiny_x2, tmp_path) -> None:
+    src = make_clip(frames=5, pts=[0, 1, 3, 4, 7], audio=False)
+    out = tmp_path / "vfr.mp4"
+    upscale_video(make_upscaler(_opts(tiny_x2, tmp_path)), src, out, _opts(tiny_x2, tmp_path),
+                  segment_frames=2)
+    assert _streams(out)["times"] == [Fraction(t, 24) for t in (0, 1, 3, 4, 7)]
+
+
+def test_frames_option_takes_a_part_from_time_zero(make_clip, tiny_x2, tmp_path) -> None:
+    src = make_clip(frames=8)
+    out = tmp_path / "part.mp4"
+    opts = _opts(tiny_x2, tmp_path, frames="2:5")
+    r = upscale_video(make_upscaler(opts), src, out, opts)
+    got = _streams(out)
+    assert r.frames == 3 and got["times"] == [Fraction(t, 24) for t in range(3)]
+    assert got["audio"][0] <= Fraction(3, 24) + Fraction(1024, 48000)
+
+
+def test_interrupted_run_resumes_to_the_same_bytes(make_clip, tiny_x2, tmp_path, monkeypatch) -> None:
+    src = make_clip(frames=7)
+    opts = _opts(tiny_x2, tmp_path)
+    up = make_upscaler(opts)
+    whole = tmp_path / "whole.mp4"
+    upscale_video(up, src, whole, opts, segment_frames=2)
+
+    resumed = tmp_path / "resumed.mp4"
+    real = seg.encode_segment
+    calls = []
+
+    def crash_on_third(*args, **kw):
+        calls.append(args[1])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(seg, "encode_segment", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        upscale_video(up, src, resumed, opts, segment_frames=2)
+    assert not resumed.exists()
+    kept = sorted(p.name for p in parts_folder(resumed).iterdir())
+    assert kept == ["plan.json", "seg-00000.mp4", "seg-00001.mp4"]  # no half-written segment
+    calls.clear()
+    monkeypatch.setattr(seg, "encode_segment", lambda *a, **kw: (calls.append(a[1]), real(*a, **kw)))
+    upscale_video(up, src, resumed, opts, segment_frames=2)
+    assert calls == [4, 6]  # only the missing segments were encoded
+    assert resumed.read_bytes() == whole.read_bytes()
+
+
+def test_auto_picks_photo_for_h264_and_base_for_ffv1(make_clip, tmp_path) -> None:
+    lossy = make_clip(frames=2, width=32, height=16, audio=False)
+    lossless = make_clip("lossless.mkv", frames=2, width=32, height=16, audio=False, codec="ffv1")
+    opts = _opts("auto", tmp_path)
+    up = make_upscaler(opts)
+    assert upscale_video(up, lossy, tmp_path / "a.mp4", opts).chosen == "photo"
+    assert upscale_video(up, lossless, tmp_path / "b.mkv", opts).chosen == "asa-base"
+
+
+def test_frames_decode_close_to_ffmpegs_rgb(make_clip) -> None:
+    src = make_clip(frames=1, audio=False)
+    info = probe(src)
+    ours = next(seg.frames(info, 0, 1))[1]
+    with av.open(str(src)) as c:
+        theirs = next(c.decode(video=0)).to_ndarray(format="rgb24").astype(np.float32) / 255
+    # same matrix and range (swscale replicates chroma, we interpolate: close, not equal)
+    assert abs(float(ours.mean() - theirs.mean())) < 0.01
+    assert float(np.abs(ours - theirs).mean()) < 0.05
+
+
+def test_bad_videos_one_line_each_no_output_batch_goes_on(make_clip, tiny_x2, tmp_path, capsys) -> None:
+    good = make_clip(frames=2, audio=False)
+    (tmp_path / "text.mp4").write_text("not a video at all")
+    (tmp_path / "cut.mp4").write_bytes(good.read_bytes()[:1500])
+    empty = tmp_path / "empty.mp4"
+    with av.open(str(empty), "w") as c:  # a container whose video stream has no frames
+        s = c.add_stream("libx264", rate=24)
+        s.width, s.height, s.pix_fmt = 32, 32, "yuv420p"
+    outdir = tmp_path / "out"
+    inputs = [str(tmp_path / n) for n in ("text.mp4", "cut.mp4", "empty.mp4")] + [str(good)]
+    rc = run_batch(BatchOptions(inputs=tuple(inputs), output=str(outdir), model=str(tiny_x2), threads=1))
+    assert rc == 1
+    err = capsys.readouterr().err
+    for name in ("text.mp4", "cut.mp4", "empty.mp4"):
+        lines = [ln for ln in err.splitlines() if name in ln]
+        assert len(lines) == 1 and "Traceback" not in err
+    assert sorted(p.name for p in outdir.iterdir()) == ["clip_x2.mp4"]
+
+
+def test_parse_frames() -> None:
+    assert parse_frames("2:5") == (2, 5) and parse_frames("3:") == (3, None) and parse_frames(":4") == (0, 4)
+    for bad in ("5", "5:2", "a:b", "-1:3"):
+        with pytest.raises(ValueError):
+            parse_frames(bad)
+
+
+def test_probe_refuses_a_non_video(tmp_path) -> None:
+    (tmp_path / "x.mkv").write_bytes(b"\x00" * 100)
+    with pytest.raises(VideoError, match="not a readable video"):
+        probe(tmp_path / "x.mkv")
