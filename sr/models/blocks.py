@@ -62,4 +62,9 @@ class ResBlock(nn.Module):
         self.conv2.bias.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.ca(self.conv2(self.act(self.conv1(x))))
+        y = self.ca(self.conv2(self.act(self.conv1(x))))
+        if torch.is_grad_enabled():
+            return x + y
+        # Inference: add into the branch's fresh output (the same sums: IEEE addition commutes)
+        # instead of allocating a third full-size map, whose first touch costs more than the add.
+        return y.add_(x)

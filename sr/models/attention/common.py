@@ -149,4 +149,8 @@ class AttentionBranch(nn.Module):
             out = F.interpolate(out, size=(h, w), mode="bilinear", align_corners=False)
             if aux is not None and aux.get("budget_maps"):
                 aux["budget_maps"][-1] = F.interpolate(aux["budget_maps"][-1], size=(h, w), mode="nearest")
+            if not torch.is_grad_enabled():
+                # Inference: the upsampled map is fresh, so add into it (the same sums: IEEE addition
+                # commutes) rather than allocate another full-size map.
+                return out.add_(x)
         return x + out
