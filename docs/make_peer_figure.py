@@ -1,7 +1,7 @@
 """Make docs/figure-peers.png: one degraded x4 input through photo and the public real-input peers.
 
     python docs/make_peer_figure.py            # the defaults below (needs ../shared: valid/ and peers/)
-    python docs/make_peer_figure.py --image bsds500test_163004 --level heavy --box 120 80 96
+    python docs/make_peer_figure.py --image polyu_half_Canon5D2_chair_mean --level heavy --box 300 200 120
 
 Panels: the uploaded file (the degraded valid set's JPEG, ``sr degrade --level LEVEL``, built here if
 missing) enlarged x4 nearest | photo | light SAFMN++ | Real-ESRGAN general-x4v3 (GAN-trained) | the
@@ -31,9 +31,9 @@ SHOWN = ("photo", "SAFMN++ light", "R-ESRGAN general")
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--image", default="polyu_half_Canon5D2_chair_mean", help="valid/ file stem")
+    ap.add_argument("--image", default="bsds500test_109055", help="valid/ file stem")
     ap.add_argument("--level", default="web")
-    ap.add_argument("--box", type=int, nargs=3, default=(200, 120, 96), metavar=("X", "Y", "SIDE"),
+    ap.add_argument("--box", type=int, nargs=3, default=(180, 100, 120), metavar=("X", "Y", "SIDE"),
                     help="crop of the x4 output (output pixels)")
     ap.add_argument("--sets", default=str(ROOT / "runs" / "degraded"), help="where degraded sets are kept")
     ap.add_argument("-o", "--out", default=str(ROOT / "docs" / "figure-peers.png"))
