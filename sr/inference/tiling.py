@@ -139,7 +139,7 @@ class _Canvas:
         s, (y0, y1) = self.scale, self.rows[i]
         end = self.rows[i + 1][0] if i + 1 < len(self.rows) else y1
         done = (end - y0) * s
-        self.out[y0 * s : end * s] = quantize(self.buf[:done], self.dtype)
+        self.out[y0 * s : end * s] = quantize(self.buf[:done], self.dtype, scratch=True)  # zeroed below
         carry = self.buf[done : (y1 - y0) * s].copy()  # the overlap: a few rows
         self.buf[:] = 0
         self.buf[: len(carry)] = carry
@@ -179,7 +179,7 @@ def run_tiled(
         if progress is not None:
             progress(1, 1)
         if np.dtype(out_dtype) != np.float32:
-            out = quantize(out, out_dtype)
+            out = quantize(out, out_dtype, scratch=True)  # the network output is ours
         return out, (budget if want_budget else None)
     canvas = _Canvas(rows, w, c, scale, out_dtype)
     budget_sum = np.zeros((h, w), dtype=np.float32) if want_budget else None

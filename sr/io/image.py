@@ -75,9 +75,10 @@ class DecodedImage:
 
 
 
-def quantize(x: np.ndarray, dtype: type) -> np.ndarray:
+def quantize(x: np.ndarray, dtype: type, scratch: bool = False) -> np.ndarray:
     """Float samples in [0, 1] (clipped; NaN -> 0) to uint8 or uint16, rounded to nearest. Integer
-    samples are returned as they are when already ``dtype``, else rescaled through float."""
+    samples are returned as they are when already ``dtype``, else rescaled through float.
+    ``scratch``: a float32 ``x`` may be overwritten (no working copy)."""
     dtype = np.dtype(dtype)
     if dtype not in (np.uint8, np.uint16):
         raise ValueError(f"samples are uint8 or uint16, not {dtype}")
@@ -86,10 +87,13 @@ def quantize(x: np.ndarray, dtype: type) -> np.ndarray:
     if x.dtype.kind in "ui":
         x = to_float(x)
     maxv = np.float32(np.iinfo(dtype).max)
-    # One float32 working copy, then in place: each step of a chained expression would allocate
-    # another image-sized temporary (the same values either way).
-    y = np.nan_to_num(np.asarray(x, dtype=np.float32), nan=0.0, copy=True)
-    np.clip(y, 0.0, 1.0, out=y)
+    # One float32 working copy (none for scratch), then in place: each step of a chained expression
+    # would allocate another image-sized temporary. fmax/fmin skip NaN, so NaN -> 0 and +-inf clip to
+    # 1 / 0 in the clipping passes themselves: the values of nan_to_num + clip, without its four
+    # extra full passes (isnan, isposinf, isneginf, copy).
+    x = np.asarray(x, dtype=np.float32)
+    y = np.fmax(x, np.float32(0.0), out=x if scratch else None)
+    np.fmin(y, np.float32(1.0), out=y)
     y *= maxv
     np.rint(y, out=y)
     return y.astype(dtype)
