@@ -110,12 +110,30 @@ def check_size(up: Upscaler, info: VideoInfo, opts: BatchOptions) -> None:
                          "--width/--height/--outscale)")
 
 
-def upscale_video(
-    up: Upscaler, src: Path, out: Path, opts: BatchOptions, segment_frames: int = 0
-) -> VideoResult:
-    """Upscale ``src`` into ``out`` (VideoError for this video's fault; nothing at ``out`` then)."""
-    from tqdm import tqdm
+@dataclass
+class Plan:
+    """One video's work: its frames a..b-1 in segments ``spans``, committed as ``paths``."""
 
+    info: VideoInfo
+    settings: VideoSettings
+    a: int
+    b: int
+    spans: list[tuple[int, int]]
+    paths: list[Path]
+    out: Path
+
+    @property
+    def missing(self) -> list[int]:
+        return [i for i, p in enumerate(self.paths) if not p.exists()]
+
+    @property
+    def done_frames(self) -> int:
+        return sum(b - a for (a, b), p in zip(self.spans, self.paths, strict=True) if p.exists())
+
+
+def plan_video(up: Upscaler, src: Path, out: Path, opts: BatchOptions, segment_frames: int = 0) -> Plan:
+    """Probe ``src`` and prepare its segment folder (kept when an earlier run of the same plan left
+    segments there): VideoError for what is wrong with the input, before any frame is upscaled."""
     settings = settings_of(opts)
     info = probe(src)
     a, b = _span(info, settings)
@@ -125,25 +143,49 @@ def upscale_video(
     parts = parts_folder(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     prepare_parts(parts, _plan_key(info, opts, settings, a, b, size))
-    paths = [seg.segment_path(parts, i) for i in range(len(spans))]
-    done = sum(s[1] - s[0] for s, p in zip(spans, paths, strict=True) if p.exists())
-    upscale = frame_upscaler(up, info, opts)
-    bar = tqdm(total=b - a, initial=done, unit="frame", desc=src.name, leave=False, position=1,
-               disable=None, file=sys.stderr, dynamic_ncols=True)
-    start = time.perf_counter()
-    try:
-        for (sa, sb), path in zip(spans, paths, strict=True):
-            if not path.exists():
-                seg.encode_segment(info, sa, sb, upscale, settings, path, on_frame=lambda: bar.update(1))
-        join(info, paths, [sa for sa, _ in spans], out, a, b)
-    finally:
-        bar.close()
-    shutil.rmtree(parts, ignore_errors=True)
-    seconds = time.perf_counter() - start
-    result = upscale.last.get("result")
-    (oh, ow), _ = up.plan(info.height, info.width, opts.scale, opts.outscale, opts.width, opts.height)
-    choice = result.choice if result is not None else None
-    return VideoResult(frames=b - a, out_pixels=(b - a) * ow * oh, seconds=seconds,
-                       model=result.model if result is not None else str(opts.model),
+    return Plan(info, settings, a, b, spans, [seg.segment_path(parts, i) for i in range(len(spans))], out)
+
+
+def finish(plan: Plan) -> None:
+    """Join the committed segments into the output; the segment folder goes."""
+    join(plan.info, plan.paths, [sa for sa, _ in plan.spans], plan.out, plan.a, plan.b)
+    shutil.rmtree(parts_folder(plan.out), ignore_errors=True)
+
+
+def result_of(up: Upscaler, plan: Plan, opts: BatchOptions, seconds: float, choice: object = None,
+              model: str = "") -> VideoResult:
+    (oh, ow), _ = up.plan(plan.info.height, plan.info.width, opts.scale, opts.outscale, opts.width,
+                          opts.height)
+    n = plan.b - plan.a
+    return VideoResult(frames=n, out_pixels=n * ow * oh, seconds=seconds, model=model or str(opts.model),
                        choice=choice.describe() if choice is not None else "",
                        chosen=choice.model if choice is not None else "")
+
+
+def frame_bar(plan: Plan):  # noqa: ANN201 - a tqdm
+    from tqdm import tqdm
+
+    return tqdm(total=plan.b - plan.a, initial=plan.done_frames, unit="frame", desc=plan.info.path.name,
+                leave=False, position=1, disable=None, file=sys.stderr, dynamic_ncols=True)
+
+
+def upscale_video(
+    up: Upscaler, src: Path, out: Path, opts: BatchOptions, segment_frames: int = 0
+) -> VideoResult:
+    """Upscale ``src`` into ``out`` (VideoError for this video's fault; nothing at ``out`` then)."""
+    plan = plan_video(up, src, out, opts, segment_frames)
+    upscale = frame_upscaler(up, plan.info, opts)
+    bar = frame_bar(plan)
+    start = time.perf_counter()
+    try:
+        for i in plan.missing:
+            (sa, sb), path = plan.spans[i], plan.paths[i]
+            seg.encode_segment(plan.info, sa, sb, upscale, plan.settings, path,
+                               on_frame=lambda: bar.update(1))
+        finish(plan)
+    finally:
+        bar.close()
+    result = upscale.last.get("result")
+    return result_of(up, plan, opts, time.perf_counter() - start,
+                     choice=result.choice if result is not None else None,
+                     model=result.model if result is not None else "")
