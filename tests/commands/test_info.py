@@ -78,6 +78,15 @@ def test_all_table(capsys: pytest.CaptureFixture) -> None:
     assert float(rows["asa-base-x3"][5]) == pytest.approx(count_macs(base.eval(), (48, 48)) / 1e9, abs=0.005)
 
 
+def test_all_table_estimates_large_outputs_from_a_smaller_count() -> None:
+    """--all counts at 1/8 of the side and scales by the area: within 1% of the full count."""
+    from sr.commands.info import estimated_macs, probe_size
+
+    model = build_model("asa-small-x4").eval()
+    assert probe_size((720, 1280), 4) == (88, 160) and probe_size((48, 48), 4) == (48, 48)
+    assert estimated_macs(model, (720, 1280)) == pytest.approx(count_macs(model, (720, 1280)), rel=0.01)
+
+
 def test_shipped_name_prefers_the_weights_file(capsys: pytest.CaptureFixture, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     import sr.weights
