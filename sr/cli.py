@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from . import __version__
@@ -43,8 +44,9 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The full parser for ``command`` (others listed by name only, so `sr --help` imports nothing)."""
+def build_parser(command: str | None = None, argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The full parser for ``command`` (others listed by name only, so `sr --help` imports nothing).
+    A command whose own sub-parsers are built lazily (``sr bench WHAT``) is given ``argv``."""
     parser = OneLineParser(
         prog="sr", description="Image super-resolution with adaptive sparse attention.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -55,23 +57,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
         if name == command:
-            importlib.import_module(f"sr.commands.{module}").add_arguments(p)
+            add = importlib.import_module(f"sr.commands.{module}").add_arguments
+            if "argv" in inspect.signature(add).parameters:
+                add(p, argv=argv)
+            else:
+                add(p)
     return parser
-
-
-_ARGV: list[str] = []
-
-
-def current_argv() -> list[str]:
-    """The arguments being parsed (sub-commands with lazily imported sub-parsers look at them)."""
-    return _ARGV
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    _ARGV[:] = argv
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(command)
+    parser = build_parser(command, argv)
     args = parser.parse_args(argv)
     module = importlib.import_module(f"sr.commands.{args._module}")
     return guarded(f"sr {args.command}", lambda: module.run(args))
@@ -98,8 +95,6 @@ def guarded(prog: str, call: Callable[[], int | None]) -> int:
 
 
 if __name__ == "__main__":
-    # `python -m sr.cli` runs this file as __main__, a second copy of the module: call the package's
-    # own sr.cli, whose argv the lazily built sub-parsers read (this copy's would stay empty).
-    from sr.cli import main as package_main
-
-    sys.exit(package_main())
+    # `python -m sr.cli`: this copy of the module parses as the package's does (argv is passed down,
+    # no module state to share between the two copies).
+    sys.exit(main())

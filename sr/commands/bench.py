@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-
-from ..cli import current_argv
+from collections.abc import Sequence
 
 BENCHMARKS = {
     "attention": "attention family: time and peak memory vs dense, by feature-map size",
@@ -19,10 +18,10 @@ BENCHMARKS = {
 }
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str] = ()) -> None:
     sub = p.add_subparsers(dest="bench", metavar="WHAT", required=True)
     # Only the chosen benchmark's module is imported (they pull in heavy or optional packages).
-    chosen = next((a for a in current_argv() if a in BENCHMARKS), None)
+    chosen = next((a for a in argv if a in BENCHMARKS), None)
     for name, help_text in BENCHMARKS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
