@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import importlib.util
 import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,9 +41,10 @@ from fastapi.security import APIKeyHeader
 from fastapi.staticfiles import StaticFiles
 
 from sr.inference import DENOISE_MODELS, UpscaleError
-from sr.io import ImageError, read_size
+from sr.io import ImageError
 
 from .hub import AUTO_DESCRIPTION, ModelHub, UnknownModelError
+from .intake import AdmissionState, Intake, UploadAdmission
 from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError, Work
 from .limits import ApiKeyMiddleware, BodyLimitMiddleware
 from .pipeline import (
@@ -55,8 +58,8 @@ from .pipeline import (
     plan_work,
     request_formats,
     run_job,
-    run_preview,
 )
+from .sandbox import Limits, Sandbox
 from .settings import Settings
 
 log = logging.getLogger("sr.service")
@@ -82,6 +85,34 @@ class Service:
     hub: ModelHub
     pool: JobPool
     budget_maps: BudgetMapStore
+    intake: Intake        # header reads and pre-checks, sandboxed, on a small and a large lane
+    decoder: Sandbox      # decodes, sandboxed, one process per job worker
+    admission: AdmissionState
+
+    def decode(self, engine: Any, job: JobRequest) -> Callable[..., Any]:
+        """The job's decode: in the sandbox, then the work predicted again from the decoded size
+        (an orientation the header read missed cannot buy a job past the time limit, row C)."""
+        def decode(data: bytes, max_pixels: int | None) -> Any:
+            img = self.decoder.run("decode", data, max_pixels=max_pixels, wall_s=self.settings.timeout_s,
+                                   should_stop=job.should_stop)
+            (out_w, out_h), work = plan_work(engine, img.width, img.height, job)
+            check_time(self, work, (out_w, out_h), job.tta)
+            return img
+
+        return decode
+
+
+def check_time(service: Service, work: Work, out: tuple[int, int], tta: bool) -> None:
+    """422 for a job that cannot finish within the time limit: it would hold a worker for the
+    whole limit, then 504."""
+    settings = service.settings
+    predicted = service.pool.estimate(work)
+    if predicted > settings.timeout_s:
+        raise WorkLimitError(
+            f"{out[0]}x{out[1]} output{' with tta' if tta else ''} needs about {predicted:.0f} s of work at "
+            f"this server's measured rate ({work.forwards} network forwards, {work.tiled_mp:.1f} MP),"
+            f" over its time limit of {settings.timeout_s:g} s (SR_TIMEOUT_S); ask for a smaller output"
+            + (" or turn tta off" if tta else ""))
 
 
 # --- dependencies ---------------------------------------------------------------------------
@@ -221,21 +252,18 @@ async def upscale(
                      keep_budget_map=keep_budget_map,
                      max_output_pixels=settings.max_output_pixels, max_work_pixels=settings.max_work_pixels,
                      should_stop=stop.is_set)
-    # Refuse before any work: the header gives the size, the engine's plan the output and passes.
+    # Refuse before any work: the header gives the size (read in the sandbox, on the intake lane of
+    # the upload's size), the engine's plan the output, passes and predicted time.
     try:
-        in_w, in_h = await asyncio.to_thread(read_size, data, settings.max_pixels)
-        (out_w, out_h), work = plan_work(engine, in_w, in_h, job)
+        probe = await service.intake.probe(data, settings.max_pixels)
+        (out_w, out_h), work = plan_work(engine, probe.width, probe.height, job)
+        check_time(service, work, (out_w, out_h), tta)
     except (ImageError, UpscaleError, WorkLimitError) as e:  # each is the request's fault: a 4xx
         raise (http_error(e, data) or HTTPException(400, detail=str(e))) from None
-    # A job that cannot finish within the limit would hold a worker for the whole limit, then 504.
-    predicted = service.pool.estimate(work)
-    if predicted > settings.timeout_s:
-        raise HTTPException(422, detail=(
-            f"{out_w}x{out_h} output{' with tta' if tta else ''} needs about {predicted:.0f} s of work at "
-            f"this server's measured rate ({work.forwards} network forwards, {work.tiled_mp:.1f} MP),"
-            f" over its time limit of {settings.timeout_s:g} s (SR_TIMEOUT_S); ask for a smaller output"
-            + (" or turn tta off" if tta else "")))
+    except Exception as e:  # noqa: BLE001 - the sandbox's own failures (503), else a server fault
+        raise (http_error(e, data) or e) from None
     try:
+        job.decode = service.decode(engine, job)
         result = await service.pool.run(run_job, engine, job, timeout=settings.timeout_s, work=work,
                                         stop=stop, disconnected=request.is_disconnected)
     except QueueFullError as e:
@@ -293,11 +321,17 @@ async def preview(
 ) -> Response:
     settings = service.settings
     data = await _read_upload(file, settings)
+    stop = threading.Event()
     try:
-        in_w, in_h = await asyncio.to_thread(read_size, data, settings.max_pixels)
-        body = await service.pool.run(run_preview, data, settings.max_pixels, timeout=settings.timeout_s,
+        probe = await service.intake.probe(data, settings.max_pixels)
+        in_w, in_h = probe.width, probe.height
+        # Decoded and encoded in the sandbox: a 16-bit 4096^2 RGBA upload never becomes float pixels
+        # in the server's own memory (row G: +1 GB), only a PNG.
+        preview = functools.partial(service.decoder.run, "preview", data, max_pixels=settings.max_pixels,
+                                    wall_s=settings.timeout_s, should_stop=stop.is_set)
+        body = await service.pool.run(preview, timeout=settings.timeout_s,
                                       work=Work(io_mp=2 * in_w * in_h / 1e6),  # decode + encode: no network
-                                      disconnected=request.is_disconnected, learn=False)
+                                      stop=stop, disconnected=request.is_disconnected, learn=False)
     except QueueFullError as e:
         raise HTTPException(503, detail=str(e), headers={"Retry-After": str(e.retry_after)}) from None
     except JobTimeoutError as e:
@@ -306,6 +340,8 @@ async def preview(
         return Response(status_code=CLIENT_CLOSED)
     except ImageError as e:
         raise (http_error(e, data) or HTTPException(400, detail=str(e))) from None
+    except Exception as e:  # noqa: BLE001 - the sandbox's own failures (503), else a server fault
+        raise (http_error(e, data) or e) from None
     return Response(content=body, media_type="image/png",
                     headers={"X-Image-Size": f"{in_w}x{in_h}", "X-Content-Type-Options": "nosniff",
                              "Cache-Control": "no-store"})
@@ -400,19 +436,41 @@ def _calibrate(service: Service, engine: Any) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
+    admission = AdmissionState(limit=settings.upload_limit, per_client=settings.max_uploads_per_client,
+                               body_total_s=settings.body_total_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan protocol
+        memory = settings.sandbox_memory_mb * 2**20
         service = Service(settings=settings, hub=ModelHub(settings),
-                          pool=JobPool(settings.workers, settings.max_queue), budget_maps=BudgetMapStore())
+                          pool=JobPool(settings.workers, settings.max_queue), budget_maps=BudgetMapStore(),
+                          intake=Intake(memory, settings.probe_cpu_s, settings.probe_wall_s),
+                          decoder=Sandbox(settings.workers, name="decoder",
+                                          limits=Limits(memory, settings.decode_cpu_s, settings.timeout_s)),
+                          admission=admission)
         app.state.service = service
+        # The decoder processes start with the model's load (python + numpy + Pillow: seconds on a
+        # loaded machine), not on the first request; the calibration waits for them, since their
+        # start would slow its timings.
+        service.intake.start()
+        service.decoder.start()
+
+        def calibrate(engine: Any) -> None:
+            service.intake.wait_ready()
+            service.decoder.wait_ready()
+            _calibrate(service, engine)
+
+        def load() -> None:
+            service.hub.load_default(calibrate)
+
         # Load in the background so /healthz answers at once and /readyz says 503 until loaded.
-        threading.Thread(target=service.hub.load_default, args=(lambda up: _calibrate(service, up),),
-                         name="sr-load", daemon=True).start()
+        threading.Thread(target=load, name="sr-load", daemon=True).start()
         try:
             yield
         finally:
             service.pool.shutdown()
+            service.intake.close()
+            service.decoder.close()
 
     app = FastAPI(
         title="sr: image super-resolution",
@@ -425,9 +483,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(Exception, _on_unexpected)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.body_limit,
-                       idle_timeout=settings.body_timeout_s,
+                       idle_timeout=settings.body_timeout_s, min_rate=settings.body_min_rate,
+                       total_timeout=settings.body_total_s,
                        detail=f"upload too large: the limit is {settings.max_upload_bytes} bytes "
                               f"({settings.max_upload_bytes / 2**20:.1f} MiB)")
+    # Outside the body guard: an upload over the caps is refused before any byte of it is read.
+    app.add_middleware(UploadAdmission, state=admission)
     if settings.api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key, detail=API_KEY_DETAIL)
     if settings.cors_origins:
@@ -437,8 +498,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v1)
 
     @app.get("/healthz", tags=["ops"], summary="Liveness: the process answers")
-    def healthz(service: Annotated[Service, Depends(get_service)]) -> dict[str, Any]:
-        return {"status": "ok", "model_state": service.hub.state, "jobs": service.pool.stats()}
+    async def healthz(service: Annotated[Service, Depends(get_service)]) -> dict[str, Any]:
+        # async: answered on the event loop, never waiting for a thread that uploads or sync
+        # endpoints may all hold (a liveness probe must not be starved, issue 54 row D).
+        return {"status": "ok", "model_state": service.hub.state, "jobs": service.pool.stats(),
+                "uploads": service.admission.stats(),
+                "sandbox": {"intake": service.intake.stats(), "decoder": dict(service.decoder.stats)}}
 
     @app.get("/readyz", tags=["ops"], summary="Readiness: the model is loaded (503 until then)",
              responses={503: _ERRORS[503]})

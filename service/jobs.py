@@ -13,13 +13,15 @@ worker reaches that point, within one forward, so the pool never holds more than
 Time is predicted by one :class:`WorkModel` (issue 45): each job declares its :class:`Work` (network
 forwards, the megapixels its tiles output, the megapixels decoded and encoded); seconds are a
 per-item cost measured on this machine times a factor learnt from the jobs that completed. The same
-prediction refuses a job that cannot finish within the time limit (the app's 422) and gives
-``Retry-After``: the predicted time the admitted work needs to drain.
+prediction refuses a job that cannot finish within the time limit (the app's 422), refuses one that
+would start too late to finish in time (503), and gives ``Retry-After``: the predicted time until
+a slot frees (:meth:`JobPool.schedule`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import math
 import threading
@@ -47,10 +49,11 @@ DISCONNECT_POLL_S = 0.25
 
 
 class QueueFullError(RuntimeError):
-    def __init__(self, retry_after: int, ahead: int | None = None) -> None:
+    def __init__(self, retry_after: int, ahead: int | None = None, reason: str | None = None) -> None:
         jobs = f" by {ahead} jobs" if ahead is not None else ""
-        super().__init__(f"server busy: all workers and queue slots are taken{jobs}; retry in "
-                         f"{retry_after} s (the predicted time for them to finish)")
+        why = reason or f"all workers and queue slots are taken{jobs}"
+        super().__init__(f"server busy: {why}; retry in {retry_after} s (the predicted time for a "
+                         "slot to free)")
         self.retry_after = retry_after
         self.ahead = ahead
 
@@ -174,19 +177,45 @@ class JobPool:
         """Seconds one job of ``work`` is expected to run."""
         return self.model.predict(work)
 
-    def drain_seconds(self) -> float:
-        """Predicted seconds until the admitted work has drained: what is left of each job, over the
-        workers (a running job that overran its prediction counts as about to end)."""
+    def schedule(self) -> tuple[float, float]:
+        """(seconds until the first admitted job ends, seconds until a job admitted now would start):
+        the admitted jobs played forward on the workers, FIFO, at their predicted times.
+
+        The first is when a slot frees, what a refused client should wait (Retry-After); the whole
+        queue's drain over-stated it 10-15x (issue 54, row F). A running job that overran its
+        prediction counts as about to end.
+        """
         now = time.perf_counter()
         with self._lock:
-            left = 0.0
-            for job in self._jobs.values():
-                expected = self.model.predict(job.work)
-                left += max(expected - (now - job.started), 0.0) if job.started is not None else expected
-        return left / self.workers
+            jobs = list(self._jobs.values())  # admission order: the order the executor starts them
+        running = [max(self.model.predict(j.work) - (now - j.started), 0.0)
+                   for j in jobs if j.started is not None]
+        free = sorted(running + [0.0] * max(self.workers - len(running), 0))
+        ends = list(running)
+        for job in jobs:
+            if job.started is None:
+                start = heapq.heappop(free)
+                end = start + self.model.predict(job.work)
+                ends.append(end)
+                heapq.heappush(free, end)
+        return (min(ends) if ends else 0.0), (free[0] if free else 0.0)
 
     def retry_after(self) -> int:
-        return min(MAX_RETRY_AFTER_S, max(1, math.ceil(self.drain_seconds())))
+        first_end, _ = self.schedule()
+        return min(MAX_RETRY_AFTER_S, max(1, math.ceil(first_end)))
+
+    def check_room(self, work: Work, timeout: float) -> None:
+        """Raise :class:`QueueFullError` when a job of ``work`` admitted now would not finish within
+        ``timeout``: the wait for a worker plus its own predicted time. Such a job used to be
+        admitted and end as a 504 after holding a slot (issue 54, row F: 2 of 8 near the limit);
+        its Retry-After is when the wait will have shrunk enough."""
+        _, start_delay = self.schedule()
+        own = self.model.predict(work)
+        if start_delay > 0 and start_delay + own > timeout:
+            wait = start_delay + own - timeout
+            raise QueueFullError(min(MAX_RETRY_AFTER_S, max(1, math.ceil(wait))),
+                                 reason=f"the jobs ahead need about {start_delay:.0f} s and this one "
+                                        f"{own:.0f} s, over the time limit of {timeout:g} s")
 
     async def run(
         self, fn: Callable[..., T], *args: Any, timeout: float, work: Work | None = None,
@@ -203,6 +232,12 @@ class JobPool:
         job = _Job(work or Work(), learn)
         with self._lock:
             full = len(self._jobs) >= self.capacity
+        if full:
+            raise QueueFullError(self.retry_after(), self.capacity)
+        if work is not None:
+            self.check_room(work, timeout)
+        with self._lock:
+            full = len(self._jobs) >= self.capacity  # again: another request may have taken the slot
             if not full:
                 job_id = next(self._ids)
                 self._jobs[job_id] = job

@@ -42,20 +42,48 @@ class UploadStalled(BodyError):
         super().__init__(status_code=408, detail=detail)
 
 
-class BodyLimitMiddleware:
-    """413 past ``max_bytes``; 408 when the body stops arriving for ``idle_timeout`` seconds.
+# Seconds of an upload before the byte-rate floor applies (connection set-up, a client's first write).
+BODY_GRACE_S = 5.0
 
-    The deadline is on the gap between two pieces of the body, not on the whole upload: a slow but
-    steady client gets through, a stalled one (or a slowloris) loses its connection. Either answer
-    carries ``Connection: close``, since the rest of the body is never read.
+
+class BodyLimitMiddleware:
+    """413 past ``max_bytes``; 408 when the body stops arriving for ``idle_timeout`` seconds, falls
+    under ``min_rate`` bytes per second on average (after :data:`BODY_GRACE_S`), or is not complete
+    within ``total_timeout`` seconds.
+
+    The idle deadline alone let a client send 1 byte every few seconds forever (issue 54, row D):
+    the floor and the cap bound the whole upload. Either answer carries ``Connection: close``,
+    since the rest of the body is never read.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, detail: str | None = None,
-                 idle_timeout: float | None = None) -> None:
+                 idle_timeout: float | None = None, min_rate: float = 0.0,
+                 total_timeout: float | None = None, grace: float = BODY_GRACE_S) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.detail = detail or f"upload too large: the limit is {max_bytes} bytes"
         self.idle_timeout = idle_timeout
+        self.min_rate = min_rate
+        self.total_timeout = total_timeout
+        self.grace = grace
+
+    def _wait_limit(self, started: float, received: int, now: float) -> tuple[float | None, str]:
+        """(seconds the next piece may take, what to say if it does not come)."""
+        limits: list[tuple[float, str]] = []
+        if self.idle_timeout is not None:
+            limits.append((self.idle_timeout,
+                           f"no data for {self.idle_timeout:g} s (the server's body timeout)"))
+        if self.total_timeout is not None:
+            limits.append((started + self.total_timeout - now,
+                           f"not complete after {self.total_timeout:g} s (the server's upload time limit)"))
+        if self.min_rate > 0:
+            # By time t the client must have sent min_rate * (t - grace) bytes.
+            limits.append((started + self.grace + received / self.min_rate - now,
+                           f"arriving at under {self.min_rate / 1024:g} KiB/s "
+                           "(the server's minimum upload rate)"))
+        if not limits:
+            return None, ""
+        return min(limits, key=lambda x: x[0])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS:
@@ -71,19 +99,21 @@ class BodyLimitMiddleware:
         failure: BodyError | None = None
         started = False     # the app's response went out
         replaced = False    # we answered in place of the app's response
+        loop = asyncio.get_running_loop()
+        body_start = loop.time()
 
         async def guarded_receive() -> Message:
             nonlocal received, body_done, failure
             if failure is not None:
                 raise failure
-            if body_done or self.idle_timeout is None:
+            wait, why = (None, "") if body_done else self._wait_limit(body_start, received, loop.time())
+            if wait is None:
                 message = await receive()  # after the body: disconnect polling, no deadline
             else:
                 try:
-                    message = await asyncio.wait_for(receive(), self.idle_timeout)
+                    message = await asyncio.wait_for(receive(), max(wait, 0.0))
                 except asyncio.TimeoutError:
-                    failure = UploadStalled(f"upload stalled: no data for {self.idle_timeout:g} s "
-                                            "(the server's body timeout)")
+                    failure = UploadStalled(f"upload stalled: {why}")
                     raise failure from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))

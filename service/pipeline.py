@@ -67,6 +67,9 @@ class JobRequest:
     max_work_pixels: int | None = None
     keep_budget_map: bool = False  # also return the budget map's colour levels with the image
     should_stop: Callable[[], bool] | None = None  # polled between stages and by the engine
+    # decode(data, max_pixels=...): the service's sandboxed decode (service/sandbox.py); None:
+    # sr.io.read_image in this process
+    decode: Callable[..., Any] | None = None
     submitted: float = field(default_factory=time.perf_counter)
 
 
@@ -87,7 +90,7 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
 
     t0 = time.perf_counter()
     _check_stop(req)
-    img = read_image(req.data, max_pixels=req.max_pixels)
+    img = (req.decode or read_image)(req.data, max_pixels=req.max_pixels)
     # Checked again on the decoded size (the handler checked the header's), before the engine starts.
     plan_work(engine, img.width, img.height, req)
     _check_stop(req)
@@ -293,6 +296,12 @@ def http_error(exc: BaseException, data: bytes) -> HTTPException | None:
             reason = "its header is damaged" if exc.reason.startswith("not an image") else exc.reason
             return HTTPException(400, detail=f"corrupt or truncated image: {reason}")
         return HTTPException(415, detail=f"not a supported image file: {exc}")
+    from .sandbox import SandboxError, SandboxLimitError
+
+    if isinstance(exc, SandboxLimitError):  # the decoder ran out of its CPU or time allowance
+        return HTTPException(422, detail=f"image refused: {exc}")
+    if isinstance(exc, SandboxError):
+        return HTTPException(503, detail=f"decoder unavailable: {exc}", headers={"Retry-After": "5"})
     if isinstance(exc, DecodeLimitError):  # decodable in principle, but at an unbounded cost
         return HTTPException(422, detail=f"image refused before decoding: {exc}")
     if isinstance(exc, ImageEncodeError):  # e.g. the output is too large for JPEG/WebP

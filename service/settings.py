@@ -46,6 +46,22 @@ class Settings:
     max_work_pixels: int = 128 * 2**20
     body_timeout_s: float = 30.0              # longest pause while an upload is read -> 408
     header_timeout_s: float = 10.0            # longest a request's headers may take to arrive -> 408
+    # Slow clients (issue 54): an upload must average this many bytes per second, counted from its
+    # first few seconds (limits.BODY_GRACE_S), and end within body_total_s, else 408. The floor
+    # stops the drip-feeders (1 byte every 5 s passed the idle timeout forever); the cap is what
+    # binds a big upload on a slow link (20 MiB at the floor would take 21 minutes).
+    body_min_rate: float = 16 * 1024
+    body_total_s: float = 120.0
+    # Uploads in flight (body read, header parse, queue, job): over these -> JSON 503 + Retry-After,
+    # before any byte of the body is read. 0 = derived from workers and queue.
+    max_uploads: int = 0
+    max_uploads_per_client: int = 8
+    # The decoder sandbox (service/sandbox.py): address-space limit of each decoder process, CPU
+    # seconds of one decode, and CPU / wall seconds of one header read (intake).
+    sandbox_memory_mb: int = 2048
+    decode_cpu_s: float = 60.0
+    probe_cpu_s: float = 2.0
+    probe_wall_s: float = 10.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -59,6 +75,15 @@ class Settings:
             (self.max_work_pixels >= 1, f"max work pixels must be >= 1, got {self.max_work_pixels}"),
             (self.body_timeout_s > 0, f"body timeout must be > 0 seconds, got {self.body_timeout_s}"),
             (self.header_timeout_s > 0, f"header timeout must be > 0 seconds, got {self.header_timeout_s}"),
+            (self.body_min_rate >= 0, f"body min rate must be >= 0 bytes/s, got {self.body_min_rate}"),
+            (self.body_total_s > 0, f"body total time must be > 0 seconds, got {self.body_total_s}"),
+            (self.max_uploads >= 0, f"max uploads must be >= 0, got {self.max_uploads}"),
+            (self.max_uploads_per_client >= 1,
+             f"max uploads per client must be >= 1, got {self.max_uploads_per_client}"),
+            (self.sandbox_memory_mb >= 64, f"sandbox memory must be >= 64 MB, got {self.sandbox_memory_mb}"),
+            (self.decode_cpu_s > 0, f"decode CPU time must be > 0 seconds, got {self.decode_cpu_s}"),
+            (self.probe_cpu_s > 0, f"probe CPU time must be > 0 seconds, got {self.probe_cpu_s}"),
+            (self.probe_wall_s > 0, f"probe wall time must be > 0 seconds, got {self.probe_wall_s}"),
             (bool(self.model), "model must not be empty"),
         ]
         for ok, message in checks:
@@ -67,6 +92,12 @@ class Settings:
         object.__setattr__(self, "precision", parse_precision(self.precision))
         if self.api_key is not None:  # set, even to "": someone meant to require a key
             check_api_key(self.api_key)
+
+    @property
+    def upload_limit(self) -> int:
+        """Uploads in flight at once: every job slot twice over (one reading its body while the
+        other runs) plus room for a burst of small bad requests answered at intake."""
+        return self.max_uploads or 2 * (self.workers + self.max_queue) + 8
 
     @property
     def body_limit(self) -> int:
@@ -178,4 +209,12 @@ ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "max_work_pixels": ("SR_MAX_WORK_PIXELS", _int),
     "body_timeout_s": ("SR_BODY_TIMEOUT_S", float),
     "header_timeout_s": ("SR_HEADER_TIMEOUT_S", float),
+    "body_min_rate": ("SR_BODY_MIN_RATE", float),
+    "body_total_s": ("SR_BODY_TOTAL_S", float),
+    "max_uploads": ("SR_MAX_UPLOADS", _int),
+    "max_uploads_per_client": ("SR_MAX_UPLOADS_PER_CLIENT", _int),
+    "sandbox_memory_mb": ("SR_SANDBOX_MEMORY_MB", _int),
+    "decode_cpu_s": ("SR_DECODE_CPU_S", float),
+    "probe_cpu_s": ("SR_PROBE_CPU_S", float),
+    "probe_wall_s": ("SR_PROBE_WALL_S", float),
 }

@@ -84,6 +84,9 @@ def check_model(settings) -> None:
         raise CLIError(str(e)) from None
 
 
+UVICORN_CONNECTION_CAP = 1024
+
+
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise CLIError(f"--port must be 0..65535, got {args.port}")
@@ -102,10 +105,11 @@ def run(args: argparse.Namespace) -> int:
     from sr.service.limits import header_timeout_protocol
 
     app = create_app(settings)
-    # Connections beyond what the pool can hold plus room for health checks get uvicorn's own 503.
-    limit = (settings.workers + settings.max_queue) * 4 + 32
+    # A backstop only: uploads are capped by the app (service.intake.UploadAdmission: a JSON 503 with
+    # Retry-After, and /healthz never counted); uvicorn's own cap answers plain text and counts
+    # health checks, so (workers + queue) * 4 + 32 starved /healthz under 51 slow uploads (issue 54).
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            limit_concurrency=limit, timeout_graceful_shutdown=5,
+                            limit_concurrency=UVICORN_CONNECTION_CAP, timeout_graceful_shutdown=5,
                             http=header_timeout_protocol(settings.header_timeout_s))
     uvicorn.Server(config).run()
     return 0

@@ -178,9 +178,11 @@ def test_retry_after_counts_the_queued_work(make_client, make_image, gate_jobs) 
     try:
         r = _post(client, png, **LONG_JOB)
         assert r.status_code == 503
-        assert 4 <= int(r.headers["retry-after"]) <= 8, r.headers["retry-after"]  # two such jobs, one worker
+        # When the running job (~2.7 s predicted) ends and frees a slot, not the whole queue's drain
+        # (issue 54, row F: the drain over-stated the real wait 10-15x).
+        assert 1 <= int(r.headers["retry-after"]) <= 3, r.headers["retry-after"]
         small = _post(client, make_image(24, 20))
-        assert small.status_code == 503 and int(small.headers["retry-after"]) >= 4  # the same queue ahead
+        assert small.status_code == 503 and int(small.headers["retry-after"]) >= 1  # the same queue ahead
     finally:
         gate.release.set()
         for t in threads:

@@ -148,3 +148,17 @@ def test_413_answered_by_the_framework_still_closes_the_connection() -> None:
     scope = {"type": "http", "method": "POST", "path": "/v1/upscale", "headers": []}
     asyncio.run(BodyLimitMiddleware(framework, max_bytes=10)(scope, receive, send))
     assert sent[0]["status"] == 413 and sent[0]["headers"] == [(b"connection", b"close")]
+
+
+def test_drip_fed_body_gets_408_at_the_rate_floor_and_the_total_cap() -> None:
+    # Issue 54, row D: 1 byte every few seconds never tripped the idle timeout. The floor counts
+    # the whole upload: 1 byte per 0.1 s is 10 B/s, under a 100 B/s floor once the grace is over.
+    app = BodyLimitMiddleware(_reading_app, max_bytes=10_000, idle_timeout=5, min_rate=100, grace=0.3)
+    status, headers, body = _timed_call(app, [(0.1, b"x")] * 40)
+    assert status == 408 and headers[b"connection"] == b"close"
+    assert "under 0.0977 KiB/s (the server's minimum upload rate)" in json.loads(body)["detail"]
+    fast = [(0.05, b"x" * 100)] * 8  # 2 KB/s: passes the floor
+    assert _timed_call(app, fast)[::2] == (200, b"800")
+    capped = BodyLimitMiddleware(_reading_app, max_bytes=10_000, idle_timeout=5, total_timeout=0.3)
+    status, _, body = _timed_call(capped, [(0.1, b"x" * 100)] * 10)
+    assert status == 408 and "not complete after 0.3 s" in json.loads(body)["detail"]

@@ -1,0 +1,523 @@
+"""Decode uploads in child processes whose CPU time and memory the kernel bounds (issue 54).
+
+The pre-checks of :mod:`sr.io` (scan counts, metadata sizes, page counts) refuse the known decoder
+pathologies in microseconds; this module is the guarantee behind them: any decode, known bomb or not,
+costs at most its limits. Each :class:`Sandbox` keeps a few child processes, each started as
+``python -m sr.service.sandbox`` with
+
+- ``RLIMIT_AS`` (address space): a decode that allocates past it gets a MemoryError (413) or dies;
+- ``RLIMIT_CPU``: set before each job to the CPU the child has used plus the job's allowance, so a
+  decoder stuck in a loop gets SIGXCPU from the kernel;
+- a wall-clock deadline kept by the parent (a child that sleeps, or waits for CPU on a busy machine,
+  is killed at ``wall_s``).
+
+A child that dies or is killed is replaced; the job gets a :class:`SandboxLimitError` (-> 422).
+
+Messages are small JSON datagrams on a ``SOCK_SEQPACKET`` socket pair; bulk bytes travel as memfds
+passed with ``SCM_RIGHTS``: the upload goes in one, decoded pixels come back in others, mapped by the
+parent as the numpy arrays of its :class:`~sr.io.DecodedImage` (no copy of a big image in the parent,
+none through a pipe).
+
+Operations: ``probe`` (size and orientation from the header, as :func:`sr.io.read_size`), ``decode``
+(:func:`sr.io.read_image`), ``preview`` (the decoded input as an 8-bit PNG: a 16-bit 4096^2 RGBA
+upload never reaches the server's own memory as float pixels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import queue
+import resource
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+MODULE = "sr.service.sandbox"
+MAX_MESSAGE = 64 * 1024   # JSON only: anything big goes in a memfd
+MAX_FDS = 4
+# A child whose resident memory passed this after a job is retired and replaced: glibc keeps freed
+# heap, and a child that once decoded a 16-MP image would otherwise sit on it while idle.
+RETIRE_RSS_BYTES = 256 * 2**20
+START_TIMEOUT_S = 60.0      # python + numpy + Pillow import on a loaded 2-core machine
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not run a job (a child failed to start, the server is stopping)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int = 2 * 2**30   # RLIMIT_AS of each child
+    cpu_s: float = 60.0             # CPU seconds per job (RLIMIT_CPU, whole seconds, rounded up)
+    wall_s: float = 120.0           # wall-clock seconds per job (the parent kills the child)
+
+
+@dataclass(frozen=True)
+class Probe:
+    width: int       # as decoded: EXIF orientation applied, wherever the decoder finds it
+    height: int
+    orientation: int
+
+
+# --------------------------------------------------------------------------------------------- parent
+
+
+class _Child:
+    def __init__(self, memory_bytes: int) -> None:
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", MODULE, "--fd", str(child_sock.fileno()),
+                 "--memory", str(memory_bytes)],
+                pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, env=env, close_fds=True,
+                start_new_session=True,  # a Ctrl-C to the server's terminal is the server's to handle
+            )
+        finally:
+            child_sock.close()
+        self.sock = parent_sock
+        self.ready = False
+
+    def wait_ready(self, timeout: float) -> None:
+        if self.ready:
+            return
+        self.sock.settimeout(timeout)
+        try:
+            message, _ = _receive(self.sock)
+        except (OSError, ValueError) as e:
+            self.kill()
+            raise SandboxError(f"decoder process did not start ({e or 'closed'})") from None
+        if message.get("ready") is not True:
+            self.kill()
+            raise SandboxError("decoder process did not start")
+        self.ready = True
+
+    def kill(self) -> None:
+        with _suppress_os():
+            self.proc.kill()
+        with _suppress_os():
+            self.proc.wait(5)
+        self.sock.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+class Sandbox:
+    """``processes`` decoder children, each job on one of them within :class:`Limits`.
+
+    :meth:`run` blocks (call it from a worker thread); :meth:`call` is its asyncio form, on the
+    sandbox's own threads (never the event loop's default pool, which sync endpoints share).
+    """
+
+    def __init__(self, processes: int, limits: Limits | None = None, name: str = "sandbox") -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be >= 1, got {processes}")
+        self.processes = processes
+        self.limits = limits or Limits()
+        self.name = name
+        self._idle: queue.LifoQueue[_Child | None] = queue.LifoQueue()
+        for _ in range(processes):
+            self._idle.put(None)  # a slot whose child is started on first use
+        self._executor = ThreadPoolExecutor(max_workers=processes, thread_name_prefix=f"sr-{name}")
+        self._lock = threading.Lock()
+        self._closed = False
+        self.stats = {"jobs": 0, "killed": 0, "retired": 0, "started": 0, "cpu_s": 0.0}
+
+    def start(self) -> None:
+        """Start every child now (in the background), so the first requests do not pay for it."""
+        children = [self._idle.get() for _ in range(self.processes)]
+        for child in children:
+            self._idle.put(child if child is not None else self._spawn())
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Wait until every started child has imported its decoder (a child that fails is replaced
+        on first use)."""
+        children = [self._idle.get() for _ in range(self.processes)]
+        try:
+            for child in children:
+                if child is not None:
+                    try:
+                        child.wait_ready(timeout)
+                    except SandboxError:
+                        pass
+        finally:
+            for child in children:
+                self._idle.put(child if child is None or child.alive else None)
+
+    def _spawn(self) -> _Child:
+        with self._lock:
+            self.stats["started"] += 1
+        return _Child(self.limits.memory_bytes)
+
+    def close(self) -> None:
+        self._closed = True
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        while True:
+            try:
+                child = self._idle.get_nowait()
+            except queue.Empty:
+                return
+            if child is not None:
+                child.kill()
+
+    async def call(self, op: str, data: bytes, **options: Any) -> Any:
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, lambda: self.run(op, data, **options))
+
+    def run(self, op: str, data: bytes, max_pixels: int | None = None, cpu_s: float | None = None,
+            wall_s: float | None = None, should_stop: Callable[[], bool] | None = None) -> Any:
+        """Run ``op`` on ``data`` in a child: a :class:`Probe`, a :class:`~sr.io.DecodedImage` or PNG
+        bytes. Raises the child's :class:`~sr.io.ImageError` as is, :class:`SandboxLimitError` when
+        the job ran out of time or memory (the child is then killed and replaced)."""
+        from sr.io import ImageDecodeError
+
+        if self._closed:
+            raise SandboxError("the server is stopping")
+        if not data:
+            raise ImageDecodeError("empty file (0 bytes)")
+        cpu = self.limits.cpu_s if cpu_s is None else cpu_s
+        wall = self.limits.wall_s if wall_s is None else wall_s
+        child = self._idle.get()
+        keep: _Child | None = None
+        try:
+            if child is None or not child.alive:
+                if child is not None:
+                    child.kill()
+                child = self._spawn()
+            child.wait_ready(START_TIMEOUT_S)
+            message, fds = self._exchange(child, op, data, max_pixels, cpu, wall, should_stop)
+            if message.pop("retire", False):
+                with self._lock:
+                    self.stats["retired"] += 1
+                child.kill()
+            else:
+                keep = child
+            return _result(message, fds)
+        finally:
+            with self._lock:
+                self.stats["jobs"] += 1
+            if keep is None and child is not None and child.alive:
+                child.kill()
+            # A killed or retired child's replacement starts now, off this request's path.
+            self._idle.put(keep if keep is not None else (None if self._closed else self._spawn_quietly()))
+
+    def _spawn_quietly(self) -> _Child | None:
+        try:
+            return self._spawn()
+        except OSError:
+            return None  # started again on next use
+
+    def _exchange(self, child: _Child, op: str, data: bytes, max_pixels: int | None, cpu: float, wall: float,
+                  should_stop: Callable[[], bool] | None) -> tuple[dict[str, Any], list[int]]:
+        upload = os.memfd_create("sr-upload", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(upload, len(data))
+            with mmap.mmap(upload, len(data)) as m:
+                m[:] = data
+            request = {"op": op, "size": len(data), "max_pixels": max_pixels, "cpu_s": cpu}
+            socket.send_fds(child.sock, [json.dumps(request).encode()], [upload])
+        except OSError as e:
+            child.kill()
+            raise SandboxError(f"decoder process unreachable ({e})") from None
+        finally:
+            os.close(upload)
+        deadline = time.monotonic() + wall
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._killed(child)
+                raise _limit_error("time", wall)
+            # Short waits: a request that gave up (client gone, its own timeout) frees the child early.
+            child.sock.settimeout(min(left, 0.25))
+            try:
+                message, fds = _receive(child.sock)
+                break
+            except TimeoutError:
+                if should_stop is not None and should_stop():
+                    self._killed(child)
+                    from .pipeline import JobStopped
+
+                    raise JobStopped("job stopped: the request gave up") from None
+            except (OSError, ValueError):  # the child died: SIGXCPU, an out-of-memory kill, a crash
+                code = _exit_code(child)
+                self._killed(child)
+                if code == -signal.SIGXCPU or code == -signal.SIGKILL:
+                    raise _limit_error("cpu", cpu) from None
+                raise _limit_error("crash", code) from None
+        with self._lock:
+            self.stats["cpu_s"] += float(message.pop("cpu_s", 0.0))
+        return message, fds
+
+    def _killed(self, child: _Child) -> None:
+        with self._lock:
+            self.stats["killed"] += 1
+        child.kill()
+
+
+def _exit_code(child: _Child) -> int | None:
+    try:
+        return child.proc.wait(2)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _limit_error(kind: str, value: Any) -> Exception:
+    from sr.io import DecodeLimitError
+
+    reasons = {
+        "time": f"decoding took over {value:g} s of wall-clock time (the decoder's limit); "
+                "the decoder was stopped",
+        "cpu": f"decoding used over {value:g} s of CPU (the decoder's limit); the decoder was stopped",
+        "crash": f"the decoder process failed on this file (exit status {value})",
+    }
+    return SandboxLimitError(reasons[kind]) if kind != "crash" else DecodeLimitError(reasons[kind])
+
+
+def _sandbox_limit_error_type() -> type:
+    from sr.io import DecodeLimitError
+
+    class _SandboxLimitError(DecodeLimitError):
+        """A decode that ran out of its CPU or wall-clock allowance (-> 422)."""
+
+    _SandboxLimitError.__name__ = _SandboxLimitError.__qualname__ = "SandboxLimitError"
+    return _SandboxLimitError
+
+
+SandboxLimitError = _sandbox_limit_error_type()
+
+
+def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    raw, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
+    if not raw:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("closed")
+    return json.loads(raw), fds
+
+
+def _mapped(fd: int, shape: list[int], dtype: str) -> np.ndarray:
+    """The array a child left in memfd ``fd``, mapped (not copied) into this process."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    try:
+        if size == 0:
+            return np.zeros(shape, dtype)
+        m = mmap.mmap(fd, size)  # MAP_SHARED, read-write: the engine may work on it in place
+    finally:
+        os.close(fd)
+    return np.frombuffer(m, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+
+
+def _result(message: dict[str, Any], fds: list[int]) -> Any:
+    import sr.io as sio
+
+    try:
+        if "error" in message:
+            cls = getattr(sio, message["error"], None)
+            if not (isinstance(cls, type) and issubclass(cls, sio.ImageError)):
+                cls = sio.ImageDecodeError
+            if cls is sio.UnsupportedModeError:
+                raise cls(message.get("mode", "?"), None)
+            raise cls(message["reason"], None)
+        kind = message["kind"]
+        if kind == "probe":
+            return Probe(message["width"], message["height"], message["orientation"])
+        if kind == "png":
+            size = message["size"]
+            with mmap.mmap(fds[0], size, prot=mmap.PROT_READ) as m:
+                return bytes(m)
+        pixels = _mapped(fds.pop(0), message["shape"], message["dtype"])
+        alpha = None
+        if message.get("alpha_shape"):
+            alpha = _mapped(fds.pop(0), message["alpha_shape"], message["dtype"])
+        icc = None
+        if message.get("icc_size"):
+            with mmap.mmap(fds[0], message["icc_size"], prot=mmap.PROT_READ) as m:
+                icc = bytes(m)
+        return sio.DecodedImage(pixels, alpha, message["bit_depth"], icc, message.get("format"),
+                                message.get("mode"))
+    finally:
+        for fd in fds:
+            with _suppress_os():
+                os.close(fd)
+
+
+class _suppress_os:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        return kind is not None and issubclass(kind, (OSError, subprocess.TimeoutExpired))
+
+
+# --------------------------------------------------------------------------------------------- child
+
+
+def _memfd_with(array: np.ndarray) -> int:
+    fd = os.memfd_create("sr-pixels", os.MFD_CLOEXEC)
+    if array.nbytes:
+        os.ftruncate(fd, array.nbytes)
+        with mmap.mmap(fd, array.nbytes) as m:
+            np.frombuffer(m, dtype=array.dtype).reshape(array.shape)[...] = array
+    return fd
+
+
+def _cpu_used() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _serve_one(request: dict[str, Any], data: bytes) -> tuple[dict[str, Any], list[int]]:
+    import dataclasses
+
+    import sr.io as sio
+
+    op, max_pixels = request["op"], request.get("max_pixels")
+    try:
+        if op == "probe":
+            w, h = sio.read_size(data, max_pixels)
+            orientation = _png_late_orientation(data)
+            if orientation in (5, 6, 7, 8) and (w, h) == _png_stored_size(data):
+                w, h = h, w  # the decoder will turn it (an eXIf chunk after the pixel data)
+            return {"kind": "probe", "width": w, "height": h, "orientation": orientation or 1}, []
+        img = sio.read_image(data, max_pixels=max_pixels)
+        if op == "preview":
+            body = sio.encode_image(dataclasses.replace(img, bit_depth=8), format="png")
+            del img
+            fd = os.memfd_create("sr-png", os.MFD_CLOEXEC)
+            os.write(fd, body) if len(body) < 2**20 else _write_all(fd, body)
+            return {"kind": "png", "size": len(body)}, [fd]
+        if op != "decode":
+            return {"error": "ImageError", "reason": f"unknown sandbox operation {op!r}"}, []
+        fds = [_memfd_with(img.pixels)]
+        message: dict[str, Any] = {"kind": "image", "shape": list(img.pixels.shape),
+                                   "dtype": str(img.pixels.dtype), "bit_depth": img.bit_depth,
+                                   "format": img.format, "mode": img.mode}
+        if img.alpha is not None:
+            fds.append(_memfd_with(img.alpha))
+            message["alpha_shape"] = list(img.alpha.shape)
+        if img.icc_profile:  # up to MAX_PNG_CHUNK: too big for a datagram
+            fds.append(_memfd_with(np.frombuffer(img.icc_profile, np.uint8)))
+            message["icc_size"] = len(img.icc_profile)
+        return message, fds
+    except sio.ImageError as e:
+        out = {"error": type(e).__name__, "reason": getattr(e, "reason", str(e))}
+        if isinstance(e, sio.UnsupportedModeError):
+            out["mode"] = e.mode
+        return out, []
+    except MemoryError:
+        return {"error": "ImageTooLargeError", "reason": "not enough memory to decode this image"}, []
+
+
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_stored_size(data: bytes) -> tuple[int, int] | None:
+    if not data.startswith(_PNG_MAGIC) or len(data) < 24:
+        return None
+    return struct.unpack_from(">II", data, 16)
+
+
+def _png_late_orientation(data: bytes) -> int | None:
+    """The EXIF orientation of a PNG's eXIf chunk found after its pixel data (IDAT), the chunk
+    the decoder reads when it loads the pixels (Pillow's ``getexif``) but a header read does not
+    see (issue 54, row C): a chunk walk, no inflating. None when there is no such chunk."""
+    from PIL import Image
+
+    if not data.startswith(_PNG_MAGIC):
+        return None
+    pos, seen_idat, late = 8, False, None
+    while pos + 8 <= len(data):
+        length, tag = struct.unpack_from(">I4s", data, pos)
+        if tag == b"IDAT":
+            seen_idat = True
+        elif tag == b"eXIf" and seen_idat:
+            late = data[pos + 8: pos + 8 + length]
+        elif tag == b"IEND":
+            break
+        pos += 12 + length
+    if late is None:
+        return None
+    exif = Image.Exif()
+    try:
+        exif.load(late if late.startswith(b"Exif\x00\x00") else b"Exif\x00\x00" + late)
+        value = exif.get(0x0112, 1)
+    except Exception:  # noqa: BLE001 - unreadable EXIF: the decoder ignores it too
+        return None
+    return value if isinstance(value, int) and 1 <= value <= 8 else None
+
+
+def _write_all(fd: int, body: bytes) -> None:
+    view = memoryview(body)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def child_main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description="a decoder child of sr serve")
+    p.add_argument("--fd", type=int, required=True, help="the SOCK_SEQPACKET socket to the server")
+    p.add_argument("--memory", type=int, required=True, help="RLIMIT_AS in bytes")
+    args = p.parse_args(argv)
+    resource.setrlimit(resource.RLIMIT_AS, (args.memory, args.memory))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a SIGXCPU'd child leaves no core file
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = socket.socket(fileno=args.fd)
+    import sr.io  # noqa: F401 - imported before "ready": the first job should not pay for it
+
+    sock.send(json.dumps({"ready": True}).encode())
+    while True:
+        try:
+            raw, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
+        except OSError:
+            return 0
+        if not raw:
+            return 0  # the server closed its end
+        request = json.loads(raw)
+        try:
+            with mmap.mmap(fds[0], request["size"], prot=mmap.PROT_READ) as m:
+                data = bytes(m)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        # The kernel's CPU deadline for this job: what this process has used so far plus the job's
+        # allowance. Soft limit only (the hard one stays open so the next job can move it).
+        start = _cpu_used()
+        soft = int(start + float(request.get("cpu_s", 60.0))) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+        message, out_fds = _serve_one(request, data)
+        del data
+        message["cpu_s"] = _cpu_used() - start
+        if _rss_bytes() > RETIRE_RSS_BYTES:
+            message["retire"] = True
+        try:
+            socket.send_fds(sock, [json.dumps(message).encode()], out_fds)
+        finally:
+            for fd in out_fds:
+                os.close(fd)
+        if message.get("retire"):
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())

@@ -1,0 +1,92 @@
+"""The decoder sandbox (issue 54): child processes with kernel limits, pixels back through memfds."""
+
+from __future__ import annotations
+
+import io
+import struct
+import time
+import zlib
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from sr.bench.serve import scan_bomb_jpeg
+from sr.io import ImageDecodeError, ImageTooLargeError, check_decode_cost, read_image
+from sr.service.sandbox import Limits, Sandbox, SandboxLimitError
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    box = Sandbox(1, Limits(memory_bytes=512 * 2**20, cpu_s=30, wall_s=60))
+    box.start()
+    yield box
+    box.close()
+
+
+def _chunk(tag: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+
+def _png(w: int, h: int, mode: str = "RGBA", **save: object) -> bytes:
+    rng = np.random.default_rng(0)
+    bands = len(Image.new(mode, (1, 1)).getbands())
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (h, w, bands), dtype=np.uint8), mode).save(buf, "PNG", **save)
+    return buf.getvalue()
+
+
+def test_decode_in_the_sandbox_gives_read_images_pixels_alpha_and_profile(sandbox: Sandbox) -> None:
+    icc = b"\x00" * 100_000  # bigger than one datagram: it travels in a memfd too
+    data = _png(30, 20, icc_profile=icc)
+    img, ref = sandbox.run("decode", data), read_image(data)
+    assert np.array_equal(img.pixels, ref.pixels) and np.array_equal(img.alpha, ref.alpha)
+    assert img.icc_profile == ref.icc_profile == icc and (img.format, img.mode) == ("PNG", "RGBA")
+    png = sandbox.run("preview", data)
+    assert Image.open(io.BytesIO(png)).size == (30, 20)
+    with pytest.raises(ImageDecodeError, match="not an image"):
+        sandbox.run("decode", b"hello, not an image")
+
+
+def test_png_exif_after_the_pixel_data_turns_the_probed_size(sandbox: Sandbox) -> None:
+    # Issue 54, row C: orientation 6 in an eXIf chunk after IDAT; the decoder turns 600x40 into
+    # 40x600, and the header read used for the work prediction must say so too.
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    png = _png(600, 40, "RGB")
+    late = png[:-12] + _chunk(b"eXIf", exif.tobytes()[6:]) + png[-12:]  # before IEND
+    assert read_image(late).pixels.shape[:2] == (600, 40)  # (H, W): turned
+    probe = sandbox.run("probe", late)
+    assert (probe.width, probe.height, probe.orientation) == (40, 600, 6)
+    assert (sandbox.run("probe", png).width, sandbox.run("probe", png).height) == (600, 40)
+
+
+def test_allocation_past_the_memory_limit_is_a_413_not_the_servers_memory(sandbox: Sandbox) -> None:
+    # A 10000^2 RGB header over a few bytes of data: Pillow allocates the whole image first.
+    ihdr = _chunk(b"IHDR", struct.pack(">IIBBBBB", 10_000, 10_000, 8, 2, 0, 0, 0))
+    bomb = b"\x89PNG\r\n\x1a\n" + ihdr + _chunk(b"IDAT", zlib.compress(bytes(30_001))) + _chunk(b"IEND", b"")
+    with pytest.raises(ImageTooLargeError, match="not enough memory"):
+        sandbox.run("decode", bomb, max_pixels=None)
+    assert sandbox.run("probe", _png(8, 8)).width == 8  # the child still serves
+
+
+def test_decoder_pathology_past_the_precheck_is_stopped_at_its_limit_and_replaced() -> None:
+    # Issue 54, row A: a progressive JPEG with thousands of scans and one junk byte after APP0; the
+    # pre-check stops walking at the junk, libjpeg skips it and decodes every scan.
+    bomb = scan_bomb_jpeg(256, 3000)
+    app0_end = 4 + int.from_bytes(bomb[4:6], "big")
+    junk = bomb[:app0_end] + b"\x00" + bomb[app0_end:]
+    check_decode_cost(junk)  # not refused by the fast path: the sandbox is the guarantee
+    box = Sandbox(1, Limits(memory_bytes=512 * 2**20, cpu_s=30, wall_s=0.5))
+    try:
+        box.start()
+        box.wait_ready()
+        t0 = time.monotonic()
+        with pytest.raises(SandboxLimitError, match="0.5 s of wall-clock time"):
+            box.run("decode", junk)
+        assert time.monotonic() - t0 < 3
+        assert box.stats["killed"] == 1
+        assert box.run("probe", _png(8, 8)).height == 8  # a fresh child took its place
+    finally:
+        box.close()
