@@ -156,7 +156,7 @@ def test_drip_fed_body_gets_408_at_the_rate_floor_and_the_total_cap() -> None:
     app = BodyLimitMiddleware(_reading_app, max_bytes=10_000, idle_timeout=5, min_rate=100, grace=0.3)
     status, headers, body = _timed_call(app, [(0.1, b"x")] * 40)
     assert status == 408 and headers[b"connection"] == b"close"
-    assert "under 0.0977 KiB/s (the server's minimum upload rate)" in json.loads(body)["detail"]
+    assert "under 0.0976562 KiB/s (the server's minimum upload rate)" in json.loads(body)["detail"]
     fast = [(0.05, b"x" * 100)] * 8  # 2 KB/s: passes the floor
     assert _timed_call(app, fast)[::2] == (200, b"800")
     capped = BodyLimitMiddleware(_reading_app, max_bytes=10_000, idle_timeout=5, total_timeout=0.3)

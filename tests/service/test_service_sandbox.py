@@ -19,7 +19,7 @@ from sr.service.sandbox import Limits, Sandbox, SandboxLimitError
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    box = Sandbox(1, Limits(memory_bytes=512 * 2**20, cpu_s=30, wall_s=60))
+    box = Sandbox(1, Limits(memory_bytes=384 * 2**20, cpu_s=30, wall_s=60))
     box.start()
     yield box
     box.close()
@@ -63,8 +63,9 @@ def test_png_exif_after_the_pixel_data_turns_the_probed_size(sandbox: Sandbox) -
 
 
 def test_allocation_past_the_memory_limit_is_a_413_not_the_servers_memory(sandbox: Sandbox) -> None:
-    # A 10000^2 RGB header over a few bytes of data: Pillow allocates the whole image first.
-    ihdr = _chunk(b"IHDR", struct.pack(">IIBBBBB", 10_000, 10_000, 8, 2, 0, 0, 0))
+    # A 9400^2 RGB header (under Pillow's own pixel limit) over a few bytes of data: Pillow
+    # allocates the whole image first, 353 MB, past the child's 384 MB address space.
+    ihdr = _chunk(b"IHDR", struct.pack(">IIBBBBB", 9400, 9400, 8, 2, 0, 0, 0))
     bomb = b"\x89PNG\r\n\x1a\n" + ihdr + _chunk(b"IDAT", zlib.compress(bytes(30_001))) + _chunk(b"IEND", b"")
     with pytest.raises(ImageTooLargeError, match="not enough memory"):
         sandbox.run("decode", bomb, max_pixels=None)
@@ -74,7 +75,7 @@ def test_allocation_past_the_memory_limit_is_a_413_not_the_servers_memory(sandbo
 def test_decoder_pathology_past_the_precheck_is_stopped_at_its_limit_and_replaced() -> None:
     # Issue 54, row A: a progressive JPEG with thousands of scans and one junk byte after APP0; the
     # pre-check stops walking at the junk, libjpeg skips it and decodes every scan.
-    bomb = scan_bomb_jpeg(256, 3000)
+    bomb = scan_bomb_jpeg(1024, 3000)  # seconds of CPU
     app0_end = 4 + int.from_bytes(bomb[4:6], "big")
     junk = bomb[:app0_end] + b"\x00" + bomb[app0_end:]
     check_decode_cost(junk)  # not refused by the fast path: the sandbox is the guarantee
