@@ -431,6 +431,9 @@ def _serve_one(request: dict[str, Any], data: bytes) -> tuple[dict[str, Any], li
 
 
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# A 1x1 gray PNG, decoded once at start-up.
+_WARM_UP_PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010800000000"
+                             "3a7e9b550000000a49444154789c63600000000200015c3a1b5f0000000049454e44ae426082")
 
 
 def _png_stored_size(data: bytes) -> tuple[int, int] | None:
@@ -483,7 +486,14 @@ def child_main(argv: list[str] | None = None) -> int:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a SIGXCPU'd child leaves no core file
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=args.fd)
-    import sr.io  # noqa: F401 - imported before "ready": the first job should not pay for it
+    from PIL import Image
+
+    import sr.io
+
+    # Before "ready": the first job should not pay for the imports, nor for Pillow's plugin
+    # registry (Image.init imports every format plugin: ~0.5 s of a loaded machine, issue 54).
+    Image.init()
+    sr.io.read_image(_WARM_UP_PNG)
 
     sock.send(json.dumps({"ready": True}).encode())
     while True:
