@@ -985,3 +985,31 @@ def test_quantize_rounds_clips_and_converts_between_sample_types():
     assert quantize(np.array([65535, 0], np.uint16), np.uint8).tolist() == [255, 0]
     with pytest.raises(ValueError, match="samples are uint8 or uint16"):
         quantize(x, np.int32)
+
+
+def test_png_compressed_itxt_counts_in_the_metadata_limit() -> None:
+    # Issue 54, row B: iTXt "Comment\0 \x01 \x00 en\0 \0" + zlib; its stream was read one NUL early.
+    from sr.io import DecodeLimitError, check_decode_cost
+
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 16), (90, 120, 150)).save(buf, format="PNG")
+    png = buf.getvalue()
+    body = b"Comment\x00\x01\x00en\x00\x00" + zlib.compress(bytes(12 * 2**20), 9)
+    chunk = struct.pack(">I", len(body)) + b"iTXt" + body + struct.pack(">I", zlib.crc32(b"iTXt" + body))
+    check_decode_cost(png[:33] + chunk * 2 + png[33:])  # 24 MiB: under the 32 MiB bound
+    with pytest.raises(DecodeLimitError, match="inflates to over"):
+        check_decode_cost(png[:33] + chunk * 3 + png[33:])
+
+
+def test_jpeg_scan_count_sees_past_junk_bytes_and_fill_as_libjpeg_does() -> None:
+    # Issue 54, row A: one junk byte after APP0 ended the walk before the scans.
+    from sr.bench.serve import scan_bomb_jpeg
+    from sr.io import DecodeLimitError, check_decode_cost
+
+    bomb = scan_bomb_jpeg(64, 200)
+    app0_end = 4 + int.from_bytes(bomb[4:6], "big")
+    for filler in (b"\x00", b"junk", b"\xff" * 100_000):
+        with pytest.raises(DecodeLimitError, match="over 100 scans"):
+            check_decode_cost(bomb[:app0_end] + filler + bomb[app0_end:])
+    ok = scan_bomb_jpeg(64, 0)
+    check_decode_cost(ok[:app0_end] + b"\x00" + ok[app0_end:])  # a few scans: fine
