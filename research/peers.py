@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 from sr import DEFAULT_MODEL
-from sr.bench.attention import set_threads, write_json
 from sr.commands.precision import add_precision_argument
 from sr.errors import CLIError
+from sr.tooling import set_threads, write_json
 
 from ._script import run_script
 from .ablation import _lr_inputs, _time_side_by_side

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from sr.bench.attention import set_threads, write_json
 from sr.errors import CLIError
+from sr.tooling import set_threads, write_json
 
 SCALE = 4
 REPO = Path(__file__).resolve().parents[1]

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import sys
@@ -56,6 +55,7 @@ from ..models.attention import (
     make_attention,
 )
 from ..models.attention.common import merge_heads, split_heads
+from ..tooling import comma_choices, set_threads, write_json
 
 METHODS = ("dense-textbook", "dense-sdpa", "window", "topk", "adaptive-b4", "adaptive-b2")
 # Method -> (registered attention kind, block index, options), built through the registry as the
@@ -96,14 +96,6 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def comma_choices(text: str, choices: tuple[str, ...] | list[str], what: str) -> list[str]:
-    """'a, b' -> ['a', 'b'], each one of ``choices``; a CLIError naming the bad ones otherwise."""
-    picked = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [t for t in picked if t not in choices]
-    if unknown or not picked:
-        names = ", ".join(unknown) or "(none)"
-        raise CLIError(f"unknown {what} {names}; choose from {', '.join(choices)}")
-    return picked
 
 
 def add_timing_arguments(p: argparse.ArgumentParser) -> None:
@@ -499,19 +491,6 @@ def checks(rows: list[Row]) -> dict:
     return out
 
 
-def write_json(path: str, payload: dict) -> None:
-    """Write JSON atomically: a temporary file in the same folder, then a rename (never half-written)."""
-    target = Path(path)
-    if target.is_dir():
-        raise CLIError(f"--json {path}: is a folder")
-    if not target.parent.exists():
-        raise CLIError(f"--json {path}: folder {target.parent} does not exist")
-    from ..io import atomic_write
-
-    try:
-        atomic_write(target, (json.dumps(payload, indent=2) + "\n").encode())
-    except OSError as e:
-        raise CLIError(f"--json {path}: {e.strerror or e}") from None
 
 
 def pick_device(name: str) -> torch.device:
@@ -527,11 +506,6 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
-def set_threads(threads: int) -> None:
-    if threads < 0:
-        raise CLIError(f"--threads must be >= 0, got {threads}")
-    if threads:
-        torch.set_num_threads(threads)
 
 
 def run_config(args: argparse.Namespace, device: torch.device) -> dict:

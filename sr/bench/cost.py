@@ -37,7 +37,8 @@ from torch import nn
 
 from ..errors import CLIError
 from ..models.attention import AttentionBranch
-from .attention import Clock, run_config, set_threads, write_json
+from ..tooling import set_threads, write_json
+from .attention import Clock, run_config
 
 DEFAULT_MODELS = ("asa-base-x2", "asa-base-x4", "photo-x2")
 PRECISIONS = ("bf16", "fp32")

@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 from ..errors import CLIError
-from .attention import Clock, add_timing_arguments, comma_choices
+from ..tooling import comma_choices
+from .attention import Clock, add_timing_arguments
 
 REPO = Path(__file__).resolve().parents[2]
 PATHS = ("tiered", "static", "compile", "onnx")
