@@ -1,0 +1,151 @@
+"""Issue 54's hostile rows against a real `sr serve` (shipped asa-base x2, 1 worker, queue 4,
+SR_TIMEOUT_S=10), on loopback. Prints one line per row.
+
+    PYTHONPATH=. python docs/service_probe_hostile.py
+
+A: 20,000-scan progressive JPEG with a junk byte after APP0, then a small request.
+B: PNG with 3 compressed iTXt chunks of 12 MiB each.   C: 600x40 PNG, eXIf after IDAT (orientation 6),
+width=2100.   D: 51 uploads drip-feeding 1 byte every 5 s, /healthz polled meanwhile.
+E: a 146-byte two-iCCP PNG while four 19 MB SOI + 0xFF fill JPEGs are in flight.
+G: /v1/preview of a 4096^2 16-bit gray PNG (not the issue's RGBA one), server RSS (with its decoder
+children) before/after.
+"""
+
+import argparse
+import io
+import os
+import socket
+import struct
+import threading
+import time
+import zlib
+
+import httpx
+from PIL import Image
+
+from sr.bench import serve as b
+
+args = argparse.Namespace(device="cpu", workers=1, queue=None, threads=1)
+port = b.free_port()
+base = f"http://127.0.0.1:{port}"
+proc = b.start_server(args, None, "asa-base", port, open(os.devnull, "w"), env={"SR_TIMEOUT_S": "10"})
+b.wait_ready(proc, base, 240)
+
+
+def chunk(tag, body):
+    return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+
+def png(w, h, mode="RGB"):
+    buf = io.BytesIO()
+    Image.new(mode, (w, h), 90).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def post(data, name="a.png", path="upscale", **fields):
+    return httpx.post(f"{base}/v1/{path}", files={"file": (name, data)}, data=fields, timeout=300)
+
+
+def tree_rss_mb(pid):
+    total = b.rss_bytes(pid) or 0
+    for child in open(f"/proc/{pid}/task/{pid}/children").read().split():
+        total += b.rss_bytes(int(child)) or 0
+    return total / 2**20
+
+
+def timed(fn):
+    t0 = time.monotonic()
+    r = fn()
+    return r, time.monotonic() - t0
+
+
+try:
+    bomb = b.scan_bomb_jpeg(1024, 20_000)
+    app0_end = 4 + int.from_bytes(bomb[4:6], "big")
+    junk = bomb[:app0_end] + b"\x00" + bomb[app0_end:]
+    r, dt = timed(lambda: post(junk, "a.jpg"))
+    s, ds = timed(lambda: post(png(64, 64)))
+    print(f"A: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:70]}); "
+          f"next 64x64: {s.status_code} in {ds:.2f} s")
+
+    small = png(16, 16)
+    body = b"Comment\x00\x01\x00en\x00\x00" + zlib.compress(bytes(12 * 2**20), 9)
+    itxt = small[:33] + chunk(b"iTXt", body) * 3 + small[33:]
+    r, dt = timed(lambda: post(itxt))
+    print(f"B: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:80]})")
+
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    strip = png(600, 40)
+    late = strip[:-12] + chunk(b"eXIf", exif.tobytes()[6:]) + strip[-12:]
+    rss0 = tree_rss_mb(proc.pid)
+    r, dt = timed(lambda: post(late, width="2100"))
+    print(f"C: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:90]}); RSS {rss0:.0f} -> "
+          f"{tree_rss_mb(proc.pid):.0f} MB")
+
+    host = "127.0.0.1"
+    socks, codes, health = [], [], []
+    head = (b"POST /v1/upscale HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
+            b"Content-Type: multipart/form-data; boundary=b\r\n\r\n")
+    for _ in range(51):
+        s_ = socket.create_connection((host, port), timeout=60)
+        s_.sendall(head + b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n\r\n')
+        socks.append(s_)
+    t_end = time.monotonic() + 20
+    while time.monotonic() < t_end:
+        h, dh = timed(lambda: httpx.get(f"{base}/healthz", timeout=10))
+        health.append((h.status_code, dh))
+        for s_ in socks:
+            try:
+                s_.send(b"x")
+            except OSError:
+                pass
+        time.sleep(1)
+    for s_ in socks:
+        s_.settimeout(0.5)
+        try:
+            first = s_.recv(4096)
+            codes.append(first.split(b" ", 2)[1].decode() if first else "closed")
+        except OSError:
+            codes.append("open")
+        s_.close()
+    r = post(png(16, 16))
+    retry = list(codes)
+    print(f"D: healthz {sorted({c for c, _ in health})} max {max(d for _, d in health):.2f} s over 20 s; "
+          f"slow uploads answered {dict((c, retry.count(c)) for c in set(retry))}; "
+          f"then a normal upload {r.status_code}")
+
+    fill = b"\xff\xd8" + b"\xff" * (19 * 2**20) + b.scan_bomb_jpeg(64, 0)[2:]
+    ts = [threading.Thread(target=lambda: post(fill, "f.jpg")) for _ in range(4)]
+    for t in ts:
+        t.start()
+    time.sleep(1.0)
+    two = b.iccp_bomb_png(2, inflated=16)
+    r, dt = timed(lambda: post(two))
+    for t in ts:
+        t.join()
+    print(f"E: {len(two)}-byte two-iCCP PNG {r.status_code} in {dt:.2f} s "
+          "with four 19 MB fill JPEGs in flight")
+
+    buf = io.BytesIO()
+    Image.new("I;16", (4096, 4096), 1000).save(buf, format="PNG")
+    rss0 = tree_rss_mb(proc.pid)
+    peak = [rss0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak.append(tree_rss_mb(proc.pid))
+            time.sleep(0.05)
+
+    th = threading.Thread(target=sample)
+    th.start()
+    r, dt = timed(lambda: post(buf.getvalue(), path="preview"))
+    stop.set()
+    th.join()
+    print(f"G: preview of a 4096^2 16-bit PNG ({len(buf.getvalue()) // 1024} KB): "
+          f"{r.status_code} in {dt:.2f} s; "
+          f"server+children RSS {rss0:.0f} -> peak {max(peak):.0f} -> {tree_rss_mb(proc.pid):.0f} MB; "
+          f"server alone {b.rss_bytes(proc.pid) / 2**20:.0f} MB")
+finally:
+    b.stop_process(proc)
