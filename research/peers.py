@@ -28,6 +28,7 @@ from sr.commands.precision import add_precision_argument
 from sr.errors import CLIError
 from sr.tooling import set_threads, write_json
 
+from ._networks import our_networks
 from ._script import run_script
 from .ablation import _lr_inputs, _time_side_by_side
 
@@ -94,21 +95,6 @@ def _parse_scales(text: str) -> list[int]:
     return list(dict.fromkeys(scales))
 
 
-def _our_networks(model: str, scales: list[int], precision: str = "fp32"):
-    """(the engine, {scale: (name, network)}) for the scales of ``scales`` that the model has."""
-    from sr.inference import UpscaleError, Upscaler
-
-    try:
-        up = Upscaler(model, device="cpu", tile=0, precision=precision)
-    except UpscaleError as e:
-        raise CLIError(str(e)) from None
-    have = [s for s in scales if s in up.scales]
-    if not have:
-        raise CLIError(f"--model {model!r} has scales {up.scales}, none of --scales {scales}")
-    name = up.name if len(up.scales) == 1 else None
-    return up, {s: (name or f"{up.name}-x{s}", up.network(s)) for s in have}
-
-
 def table(rows: list[PeerRow]) -> str:
     lines = ["| scale | ours | params ours / IMDN | GMACs ours / IMDN | images | MP/s ours | MP/s IMDN "
              "| ours / IMDN |", "|---|---|---|---|---:|---:|---:|---:|"]
@@ -137,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     scales = _parse_scales(args.scales)
     if not Path(args.hr).is_dir():
         raise CLIError(f"--hr {args.hr}: no such folder")
-    engine, ours = _our_networks(args.model, scales, args.precision)
+    engine, ours = our_networks(args.model, scales, args.precision)
     rows = []
     for s, (name, net) in ours.items():
         # both networks in the engine's memory format (channels-last on CPU: oneDNN's native layout)

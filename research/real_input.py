@@ -66,7 +66,7 @@ def contenders(peers_dir: Path, ours: list[str], strength: float) -> list[Conten
     """bicubic, our models, SAFMN++, Real-ESRGAN general and its blend; peers loaded strictly."""
     from sr.models import count_macs, count_params
 
-    from .peers import _our_networks
+    from ._networks import our_networks
     from .safmn import load_light_safmnpp
     from .srvgg import blend_states, load_srvgg, read_state
 
@@ -89,7 +89,7 @@ def contenders(peers_dir: Path, ours: list[str], strength: float) -> list[Conten
         raise CLIError(f"--peers-dir {peers_dir}: {str(e).splitlines()[0]}") from None
     out = [Contender("bicubic", None, timed=False)]
     for name in ours:
-        _, nets = _our_networks(name, [SCALE])
+        _, nets = our_networks(name, [SCALE])
         label, net = nets[SCALE]
         out.append(Contender(label.removesuffix(f"-x{SCALE}"), net))
     out += peers
