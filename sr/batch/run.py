@@ -18,15 +18,13 @@ from .report import OnDisk, Stats, dry_run, summary
 from .stages import make_upscaler
 
 
-def split_videos(todo: list[Job], on_ray: bool) -> list[Job]:
+def split_videos(todo: list[Job]) -> list[Job]:
     """Take the videos out of ``todo`` (in place) and return them: they run after the images, one
     at a time, each streamed through :mod:`sr.video`."""
     from ..video import check_installed, is_video
 
     videos = [j for j in todo if is_video(j.src)]
     if videos:
-        if on_ray:
-            raise CLIError("--ray does not take videos yet: run them without --ray")
         check_installed()
         todo[:] = [j for j in todo if not is_video(j.src)]
     return videos
@@ -63,14 +61,15 @@ def run_batch(opts: BatchOptions) -> int:
     suffix = opts.suffix if opts.suffix is not None else default_suffix(opts, min(up.scales))
     plan_outputs(jobs, outdir, suffix, opts)
     todo = [j for j in jobs if j.problem is None and not j.skip]
-    videos = split_videos(todo, on_ray)  # the rest of todo: images
+    videos = split_videos(todo)  # the rest of todo: images
     skipped = sum(j.skip for j in jobs)
     if opts.dry_run:
         return dry_run(jobs, todo + videos, skipped, up)
     # Ray first (an unreachable cluster is an error before anything is created); its start-up lines
     # then come before the progress bar. The session stops a Ray it started, whatever happens.
     with cluster.connect(opts.ray) if on_ray else contextlib.nullcontext():
-        executor = cluster.Executor(opts, up, todo, outdir) if on_ray else None  # checks the cluster
+        # checks the cluster (videos alone: sr.video.cluster runs them)
+        executor = cluster.Executor(opts, up, todo, outdir) if on_ray and todo else None
         prepare_output_folder(outdir)
         if executor is not None:
             executor.check_workers()  # the workers see the inputs and can write the outputs
@@ -88,7 +87,11 @@ def run_batch(opts: BatchOptions) -> int:
                 from .local import run_local
 
                 run_local(up, todo, stats, opts)
-            if videos:
+            if videos and on_ray:
+                from ..video.cluster import run_videos_ray
+
+                run_videos_ray(up, videos, stats, opts)
+            elif videos:
                 from ..video.batch import run_videos
 
                 run_videos(up, videos, stats, opts)

@@ -13,7 +13,7 @@ av = pytest.importorskip("av")
 
 def write_clip(path: Path, frames: int = 6, width: int = 64, height: int = 48, audio: bool = True,
                title: str | None = "hello", codec: str = "libx264", pts: list[int] | None = None,
-               rate: int = 24) -> Path:
+               rate: int = 24, rotation: int = 0) -> Path:
     """A pan across random texture, 24 fps (or the frame times ``pts`` in 1/rate s), with a
     mono AAC tone as long as the video and a title tag."""
     with av.open(str(path), "w") as out:
@@ -22,6 +22,8 @@ def write_clip(path: Path, frames: int = 6, width: int = 64, height: int = 48, a
         v = out.add_stream(codec, rate=rate)
         v.width, v.height = width, height
         v.pix_fmt = "yuv420p"
+        if rotation:
+            v.set_display_rotation(rotation)
         if codec == "libx264":
             v.options = {"crf": "23"}
         a = None

@@ -61,6 +61,14 @@ def test_variable_frame_rate_is_kept(make_clip, tiny_x2, tmp_path) -> None:
     assert _streams(out)["times"] == [Fraction(t, 24) for t in (0, 1, 3, 4, 7)]
 
 
+def test_rotation_is_kept(make_clip, tiny_x2, tmp_path) -> None:
+    src = make_clip(frames=2, audio=False, rotation=90)
+    out = tmp_path / "rot.mp4"
+    upscale_video(make_upscaler(_opts(tiny_x2, tmp_path)), src, out, _opts(tiny_x2, tmp_path))
+    with av.open(str(out)) as c:
+        assert next(c.decode(video=0)).rotation == 90
+
+
 def test_frames_option_takes_a_part_from_time_zero(make_clip, tiny_x2, tmp_path) -> None:
     src = make_clip(frames=8)
     out = tmp_path / "part.mp4"
