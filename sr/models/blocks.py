@@ -8,6 +8,17 @@ import torch
 from torch import nn
 
 
+def add_in_place_ok() -> bool:
+    """Whether a residual may be added into its branch's fresh output: at eager inference only.
+
+    Training needs the branch output for autograd; a graph being exported (ONNX, torch.export,
+    tracing) must keep the out-of-place add, or the exporter bakes the traced shapes in."""
+    if torch.is_grad_enabled() or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
+        return False
+    is_exporting = getattr(torch.compiler, "is_exporting", None)  # torch >= 2.5
+    return not (is_exporting and is_exporting())
+
+
 class ECA(nn.Module):
     """Efficient channel attention (Wang et al. 2020): a 1-D conv over pooled channels."""
 
@@ -63,7 +74,7 @@ class ResBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.ca(self.conv2(self.act(self.conv1(x))))
-        if torch.is_grad_enabled():
+        if not add_in_place_ok():
             return x + y
         # Inference: add into the branch's fresh output (the same sums: IEEE addition commutes)
         # instead of allocating a third full-size map, whose first touch costs more than the add.

@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..blocks import add_in_place_ok
+
 
 def large_negative(dtype: torch.dtype) -> float:
     """A fill value for blocked scores that is finite in every float dtype (no inf - inf = NaN)."""
@@ -149,7 +151,7 @@ class AttentionBranch(nn.Module):
             out = F.interpolate(out, size=(h, w), mode="bilinear", align_corners=False)
             if aux is not None and aux.get("budget_maps"):
                 aux["budget_maps"][-1] = F.interpolate(aux["budget_maps"][-1], size=(h, w), mode="nearest")
-            if not torch.is_grad_enabled():
+            if add_in_place_ok():
                 # Inference: the upsampled map is fresh, so add into it (the same sums: IEEE addition
                 # commutes) rather than allocate another full-size map.
                 return out.add_(x)
