@@ -42,6 +42,7 @@ from fastapi.staticfiles import StaticFiles
 
 from sr.inference import DENOISE_MODELS, UpscaleError
 from sr.io import ImageError
+from sr.request import UpscaleRequest
 
 from .hub import AUTO_DESCRIPTION, ModelHub, UnknownModelError
 from .intake import AdmissionState, Intake, UploadAdmission
@@ -280,12 +281,9 @@ async def upscale(
         raise error from None
 
     timings = {**result.timings_ms, "total": (time.perf_counter() - start) * 1e3}
-    if budget_map:
-        suffix = "_budget"
-    elif width or height:
-        suffix = f"_{result.size[0]}x{result.size[1]}"
-    else:
-        suffix = f"_x{outscale:g}" if outscale else f"_x{result.scale}"
+    # The CLI's naming rule (sr.request): decided by the request, e.g. width-only -> _w800
+    suffix = UpscaleRequest(scale=scale, outscale=outscale, width=width, height=height,
+                            budget_map=budget_map).output_suffix(result.scale)
     name = download_name(file.filename, suffix, result.fmt)
     headers = {
         "Content-Disposition": f'attachment; filename="{name}"',

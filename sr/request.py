@@ -8,6 +8,8 @@ The engine (:mod:`sr.inference`), the CLI and the service take these values from
 from __future__ import annotations
 
 import math
+import numbers
+from dataclasses import dataclass
 
 from . import AUTO_MODEL, DEFAULT_MODEL, PHOTO_MODEL
 
@@ -17,7 +19,9 @@ __all__ = [
     "DEFAULT_TILE_OVERLAP",
     "DENOISE_MODELS",
     "PRECISIONS",
+    "UpscaleRequest",
     "parse_denoise",
+    "same_format",
 ]
 
 # How alpha is upscaled: bicubic, or by the model as a gray image.
@@ -50,3 +54,95 @@ def parse_denoise(value: object) -> float:
         raise ValueError(f"denoise must be a number from 0 to 1 (0 = {DEFAULT_MODEL}, 1 = {PHOTO_MODEL}), "
                          f"got {value!r}")
     return number
+
+
+@dataclass(frozen=True)
+class UpscaleRequest:
+    """What one upscale asks for, the same for the CLI, batch and the service.
+
+    Size: ``scale`` (a model factor), or ``outscale`` (any factor), or ``width`` and/or ``height``
+    (pixels; one alone keeps the aspect ratio). ``format``: an output format's name or "same".
+    :meth:`validate` is the one check of these values (ValueError naming the field); the engine
+    still refuses what only it can know (a scale the model lacks, an output over its limit).
+    """
+
+    scale: int | None = None
+    outscale: float | None = None
+    width: int | None = None
+    height: int | None = None
+    model: str = DEFAULT_MODEL
+    denoise: float | None = None
+    tta: bool = False
+    alpha_mode: str = "bicubic"
+    format: str = "png"
+    quality: int = 95
+    budget_map: bool = False
+    precision: str = "auto"
+
+    def validate(self) -> UpscaleRequest:
+        """This request when every value is usable; ValueError saying which one is not, and why."""
+        if self.scale is not None and (
+            isinstance(self.scale, bool) or not isinstance(self.scale, numbers.Integral) or self.scale < 1
+        ):
+            raise ValueError(f"scale must be a positive integer, got {self.scale!r}")
+        if self.outscale is not None and (self.width is not None or self.height is not None):
+            raise ValueError("give either outscale or width/height, not both")
+        if self.outscale is not None and (
+            isinstance(self.outscale, bool) or not isinstance(self.outscale, (int, float))
+            or not (math.isfinite(self.outscale) and self.outscale > 0)
+        ):
+            raise ValueError(f"outscale must be a number > 0, got {self.outscale!r}")
+        for name in ("width", "height"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
+                raise ValueError(f"{name} must be a positive number of pixels, got {v!r}")
+        if isinstance(self.quality, bool) or not isinstance(self.quality, numbers.Integral) \
+                or not 1 <= self.quality <= 100:
+            raise ValueError(f"quality must be 1-100, got {self.quality!r}")
+        if self.alpha_mode not in ALPHA_MODES:
+            raise ValueError(f"alpha mode must be one of {', '.join(ALPHA_MODES)}, got {self.alpha_mode!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.denoise is not None:
+            parse_denoise(self.denoise)
+            if not takes_denoise(self.model):
+                raise ValueError(f"denoise applies only to the models {' and '.join(DENOISE_MODELS)}, "
+                                 f"not {self.model!r}")
+        return self
+
+    def output_suffix(self, model_scale: int) -> str:
+        """What the output's name adds to the input's stem: ``_x2``, ``_x1.5``, ``_w800``, ``_h600``,
+        ``_800x600``, or ``_budget`` for a budget map. Decided by the request, not by the result, so
+        that batch names its outputs before reading an input; ``model_scale``: the scale a request
+        without one gets (the model's smallest)."""
+        if self.budget_map:
+            return "_budget"
+        if self.outscale is not None:
+            return f"_x{self.outscale:g}"
+        if self.width is not None and self.height is not None:
+            return f"_{self.width}x{self.height}"
+        if self.width is not None:
+            return f"_w{self.width}"
+        if self.height is not None:
+            return f"_h{self.height}"
+        return f"_x{self.scale or model_scale}"
+
+
+def takes_denoise(model: object) -> bool:
+    """Whether ``model`` (a name given to the engine) accepts a denoise strength: auto, the photo
+    family and its full names (photo-x2); not weights files, which are blended with nothing."""
+    if not isinstance(model, str) or "/" in model or "\\" in model or model.endswith(".safetensors"):
+        return False
+    # photo or photo-x{2,3,4} (sr.descriptor.family_of's rule, which imports torch)
+    return model in (AUTO_MODEL, PHOTO_MODEL) or model in (f"{PHOTO_MODEL}-x{s}" for s in (2, 3, 4))
+
+
+def same_format(source: str | None) -> str:
+    """``format="same"``: the output format's user name for a source format (a decoded format's
+    name or a file suffix such as ".tif"): the source's when sr.io writes it, else png. The CLI
+    (by suffix, before reading) and the service (by decoded format) both ask here."""
+    # sr.io imported here: it pulls in Pillow and numpy, which the CLI's argument checks skip.
+    from .io import format_for
+
+    row = format_for(source) if source else None
+    return row.user_name if row is not None and row.writable else "png"

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CLIError
+from ..request import UpscaleRequest
+from ..request import same_format as request_same_format
 from .options import BatchOptions
 
 # The problem of an input that names nothing on disk.
@@ -30,11 +32,8 @@ class Job:
 
 
 def same_format(src: Path) -> str:
-    """``-f same``: the input's format when sr.io writes it (by its suffix), else png."""
-    from ..io import FORMATS
-
-    suffix = src.suffix.lower()
-    return next((f.user_name for f in FORMATS.values() if f.writable and suffix in f.suffixes), "png")
+    """``-f same``: the input's format when sr.io writes it (by its suffix, before reading), else png."""
+    return request_same_format(src.suffix)
 
 
 def output_format(job: Job, fmt: str) -> str:
@@ -92,15 +91,9 @@ def collect_inputs(
 
 
 def default_suffix(opts: BatchOptions, default_scale: int) -> str:
-    if opts.outscale is not None:
-        return f"_x{opts.outscale:g}"
-    if opts.width is not None and opts.height is not None:
-        return f"_{opts.width}x{opts.height}"
-    if opts.width is not None:
-        return f"_w{opts.width}"
-    if opts.height is not None:
-        return f"_h{opts.height}"
-    return f"_x{opts.scale or default_scale}"
+    """The request's output suffix (sr.request.UpscaleRequest.output_suffix: the service's rule too)."""
+    return UpscaleRequest(scale=opts.scale, outscale=opts.outscale, width=opts.width,
+                          height=opts.height).output_suffix(default_scale)
 
 
 def plan_outputs(jobs: list[Job], outdir: Path, suffix: str, opts: BatchOptions) -> None:

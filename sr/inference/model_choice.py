@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import AUTO_MODEL, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
-from ..descriptor import ModelDescriptor, family_of
+from ..descriptor import ModelDescriptor
 from ..lossy import Compression, inspect_compression
-from ..request import DEFAULT_DENOISE, DENOISE_MODELS, parse_denoise
+from ..request import DEFAULT_DENOISE, DENOISE_MODELS, parse_denoise, takes_denoise
 
 
 class Upscaler(Protocol):
@@ -39,14 +39,6 @@ class Upscaler(Protocol):
 
 # What auto reads to decide: a file path, the file's bytes, or an already known Compression.
 Source = str | Path | bytes | Compression
-
-
-def takes_denoise(model: object) -> bool:
-    """Whether ``model`` (a name given to the engine) accepts a denoise strength: auto, the photo family
-    and its full names (photo-x2); not weights files, which are blended with nothing."""
-    if not isinstance(model, str) or "/" in model or "\\" in model or model.endswith(".safetensors"):
-        return False
-    return model == AUTO_MODEL or family_of(model) == PHOTO_MODEL
 
 
 def check_denoise(model: object, denoise: object | None) -> float | None:

@@ -62,7 +62,7 @@ def test_scale_outscale_and_model_names(make_client, make_image) -> None:
     assert r.status_code == 200 and _size(r.content) == (30, 15)
     assert r.headers["content-disposition"].endswith('_x1.5.png"')
     r = _post(client, png, width=50)  # height follows the aspect ratio
-    assert _size(r.content) == (50, 25) and r.headers["content-disposition"].endswith('_50x25.png"')
+    assert _size(r.content) == (50, 25) and r.headers["content-disposition"].endswith('_w50.png"')
     r = _post(client, png, model="asa-small-x3")
     assert r.headers["x-model"] == "asa-small-x3" and _size(r.content) == (60, 30)
 

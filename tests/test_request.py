@@ -1,0 +1,57 @@
+"""sr.request.UpscaleRequest: one validation, one output-naming rule, one same-format rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from sr.request import UpscaleRequest, same_format, takes_denoise
+
+
+def test_a_plain_request_is_valid_and_frozen() -> None:
+    req = UpscaleRequest(scale=2, format="jpg", quality=80, tta=True)
+    assert req.validate() is req
+    with pytest.raises(AttributeError):
+        req.scale = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"scale": 0}, "scale must be a positive integer"),
+    ({"scale": True}, "scale must be a positive integer"),
+    ({"outscale": 2.0, "width": 10}, "either outscale or width/height"),
+    ({"outscale": float("nan")}, "outscale must be a number > 0"),
+    ({"outscale": -1}, "outscale must be a number > 0"),
+    ({"width": 0}, "width must be a positive number of pixels"),
+    ({"height": 2.5}, "height must be a positive number of pixels"),
+    ({"quality": 101}, "quality must be 1-100"),
+    ({"alpha_mode": "nearest"}, "alpha mode must be one of bicubic, model"),
+    ({"precision": "fp16"}, "precision must be one of auto, fp32, bf16"),
+    ({"denoise": 2}, "denoise must be a number from 0 to 1"),
+    ({"denoise": 0.5, "model": "asa-base"}, "denoise applies only to the models photo and auto"),
+])
+def test_validation_names_the_bad_value(fields: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        UpscaleRequest(**fields).validate()
+
+
+def test_denoise_goes_with_photo_and_auto_only() -> None:
+    for model in ("photo", "photo-x2", "photo-x4", "auto"):
+        assert takes_denoise(model) and UpscaleRequest(model=model, denoise=0.3).validate()
+    for model in ("asa-base", "photo-x7", "photos", "w/photo.safetensors", "photo.safetensors"):
+        assert not takes_denoise(model)
+
+
+@pytest.mark.parametrize("fields, suffix", [
+    ({}, "_x2"), ({"scale": 4}, "_x4"), ({"outscale": 1.5}, "_x1.5"), ({"outscale": 3.0}, "_x3"),
+    ({"width": 800}, "_w800"), ({"height": 600}, "_h600"), ({"width": 800, "height": 600}, "_800x600"),
+    ({"width": 800, "budget_map": True}, "_budget"),
+])
+def test_output_suffix_follows_the_request(fields: dict, suffix: str) -> None:
+    assert UpscaleRequest(**fields).output_suffix(2) == suffix
+
+
+@pytest.mark.parametrize("source, fmt", [
+    ("PNG", "png"), ("JPEG", "jpg"), (".jpeg", "jpg"), (".JPG", "jpg"), ("webp", "webp"), (".webp", "webp"),
+    (".bmp", "png"), ("BMP", "png"), (".gif", "png"), (None, "png"), ("", "png"), (".nope", "png"),
+])
+def test_same_format_by_decoded_name_or_suffix_agree(source: str | None, fmt: str) -> None:
+    assert same_format(source) == fmt
