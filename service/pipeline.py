@@ -7,7 +7,6 @@ answers the same way for the same bad input.
 from __future__ import annotations
 
 import io
-import math
 import re
 import secrets
 import threading
@@ -20,8 +19,9 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from sr.inference.tiling import plan_axis
-from sr.io import FORMATS, format_for, signatures, writable_format_for
+from sr.inference import Upscaler
+from sr.io import FORMATS, signatures, writable_format_for
+from sr.request import UpscaleRequest, same_format
 
 from .jobs import Work
 
@@ -140,62 +140,39 @@ def _check_stop(req: JobRequest) -> None:
         raise JobStopped("job stopped: the request gave up")
 
 
-def plan_work(engine: Any, width: int, height: int, req: JobRequest) -> tuple[tuple[int, int], Work]:
+def plan_work(engine: Upscaler, width: int, height: int, req: JobRequest) -> tuple[tuple[int, int], Work]:
     """((out_w, out_h), the job's :class:`Work`) for ``req`` on a width x height input, without doing
-    any work.
+    any work: the engine's own plan (:meth:`sr.inference.Upscaler.plan`), its tiling included.
 
     The limit is on work pixels: the pixels the network produces, summed over its passes (a pass on
     a bigger image costs more), times 8 with tta. Raises :class:`WorkLimitError` over the request's
     limits, and ``UpscaleError`` for arguments the engine refuses.
     """
-    (out_h, out_w), passes = engine.plan(height, width, req.scale, req.outscale, req.width, req.height)
-    views = 8 if req.tta else 1
-    pixels = views * sum(height * width * math.prod(passes[: i + 1]) ** 2 for i in range(len(passes)))
+    plan = engine.plan(height, width, UpscaleRequest(scale=req.scale, outscale=req.outscale, width=req.width,
+                                                     height=req.height, tta=req.tta))
+    out_h, out_w = plan.out_size
     asked = f"{out_w}x{out_h} output"
     if req.max_output_pixels is not None and out_w * out_h > req.max_output_pixels:
         raise WorkLimitError(
             f"{asked} is {out_w * out_h / 1e6:.1f} megapixels, over this server's limit of "
             f"{req.max_output_pixels / 1e6:.1f} (SR_MAX_OUTPUT_PIXELS); ask for a smaller scale, outscale, "
             "width or height")
-    if req.max_work_pixels is not None and pixels > req.max_work_pixels:
-        how = f"passes x{' x'.join(map(str, passes))}" + (", x8 for tta" if req.tta else "")
+    if req.max_work_pixels is not None and plan.work_pixels > req.max_work_pixels:
+        how = f"passes x{' x'.join(map(str, plan.passes))}" + (", x8 for tta" if req.tta else "")
         raise WorkLimitError(
-            f"{asked} needs {pixels / 1e6:.1f} megapixels of network work ({how}), over this server's "
-            f"limit of {req.max_work_pixels / 1e6:.1f} (SR_MAX_WORK_PIXELS); ask for a smaller output"
+            f"{asked} needs {plan.work_pixels / 1e6:.1f} megapixels of network work ({how}), over this "
+            f"server's limit of {req.max_work_pixels / 1e6:.1f} (SR_MAX_WORK_PIXELS); "
+            "ask for a smaller output"
             + (" or turn tta off" if req.tta else ""))
-    forwards, tiled = 0, 0
-    h, w = height, width
-    for s in passes:
-        n, covered = _tiles(engine, h, w)
-        forwards, tiled = forwards + n, tiled + covered * s * s
-        h, w = h * s, w * s
-    work = Work(forwards=forwards * views, tiled_mp=tiled * views / 1e6,
+    work = Work(forwards=plan.tiles, tiled_mp=plan.tiled_pixels / 1e6,
                 io_mp=(width * height + out_w * out_h) / 1e6)
     return (out_w, out_h), work
-
-
-# The engine's "auto" tile depends on free memory at run time; for prediction, its usual CPU size.
-AUTO_TILE_GUESS = 1024
-
-
-def _tiles(engine: Any, h: int, w: int) -> tuple[int, int]:
-    """(tiles, input pixels over all tiles) of one h x w pass: a thin image is many small tiles, each
-    a whole network forward, and overlaps are computed twice."""
-    tile = getattr(engine, "tile", None)
-    size = AUTO_TILE_GUESS if isinstance(tile, str) else (tile or None)
-    overlap = getattr(engine, "tile_overlap", 0)
-    try:
-        rows, cols = plan_axis(h, size, overlap), plan_axis(w, size, overlap)
-    except ValueError:  # a tile too small for the overlap: the engine refuses such jobs itself
-        return 1, h * w
-    return len(rows) * len(cols), sum(b - a for a, b in rows) * sum(b - a for a, b in cols)
 
 
 def output_format(requested: str, source: str | None) -> str:
     """The output format's user name (png, jpg, webp) for a requested name or "same"."""
     if requested == "same":
-        row = format_for(source) if source else None
-        return row.user_name if row is not None and row.writable else "png"
+        return same_format(source)
     row = writable_format_for(requested)
     if row is None:
         raise KeyError(requested)

@@ -310,7 +310,7 @@ def _store_bytes(job: Job, up: Upscaler, opts: BatchOptions) -> int:
         w, h = read_size(job.src, max_pixels=opts.max_pixels)
         with Image.open(job.src) as im:
             bands, mode = len(im.getbands()), im.mode
-        (out_h, out_w), _ = up.plan(h, w, scale=opts.scale, outscale=opts.outscale, width=opts.width,
+        (out_h, out_w), _ = up.plan_size(h, w, scale=opts.scale, outscale=opts.outscale, width=opts.width,
                                     height=opts.height)
     except Exception:  # noqa: BLE001 - the read stage gives this file's reason
         return 0

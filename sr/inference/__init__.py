@@ -3,6 +3,7 @@
 from .engine import (
     ALPHA_MODES,
     DEFAULT_TILE_OVERLAP,
+    Plan,
     UpscaleCancelled,
     UpscaleError,
     Upscaler,
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_TILE_OVERLAP",
     "DENOISE_MODELS",
     "ModelChoice",
+    "Plan",
     "UpscaleCancelled",
     "UpscaleError",
     "UpscaleResult",

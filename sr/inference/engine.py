@@ -29,13 +29,13 @@ from ..descriptor import ModelDescriptor
 from ..io import SAMPLE_TYPES, to_float
 from ..io import quantize as quantize_samples
 from ..models import ATTENTION_PATHS, SRNet, set_attention_path
-from ..request import ALPHA_MODES, DEFAULT_TILE_OVERLAP
+from ..request import ALPHA_MODES, DEFAULT_TILE_OVERLAP, UpscaleRequest
 from .devices import DeviceError, available_memory, configure_threads, resolve_device
 from .ensemble import self_ensemble
 from .model_choice import AutoModel, ModelChoice, Source, check_denoise
 from .precision import PrecisionError, parse_precision, record_name, resolve_dtype
 from .resample import resize_to
-from .tiling import ProgressFn, TileFn, min_tile, run_tiled
+from .tiling import ProgressFn, TileFn, min_tile, plan_axis, run_tiled
 
 MAX_PASSES = 8
 # A hard stop for absurd requests (1x1 -> outscale 1e5): the float32 output alone would not fit.
@@ -79,6 +79,17 @@ class UpscaleResult:
     scale: int  # model scale used (the product of the passes when chained)
     seconds: float
     choice: ModelChoice | None = None  # model="auto": which family this input got, and why
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an upscale of one input will do, known before doing it (:meth:`Upscaler.plan`)."""
+
+    out_size: tuple[int, int]  # (out_h, out_w)
+    passes: tuple[int, ...]  # model scales run one after the other
+    tiles: int  # network forwards: the engine's tiles over all passes, x8 with tta
+    tiled_pixels: int  # pixels those tiles output (overlaps counted twice), x8 with tta
+    work_pixels: int  # pixels the network produces, summed over the passes, x8 with tta
 
 
 @dataclass(frozen=True)
@@ -344,7 +355,7 @@ class Upscaler:
         return self._auto.choose(source, img) if self._auto is not None else None
 
     # -- planning ----------------------------------------------------------------------------
-    def plan(
+    def plan_size(
         self, h: int, w: int, scale: int | None = None, outscale: float | None = None,
         width: int | None = None, height: int | None = None,
     ) -> tuple[tuple[int, int], list[int]]:
@@ -389,6 +400,29 @@ class Upscaler:
                 f"intermediate image (limit {MAX_OUTPUT_PIXELS / 2**20:.0f} megapixels)"
             )
         return (out_h, out_w), passes
+
+    def plan(self, h: int, w: int, request: UpscaleRequest) -> Plan:
+        """The :class:`Plan` of ``request`` on an h x w input: output size, passes, and the tiles this
+        engine's own tiling cuts (loading the passes' models, whose grid the tiles align to; the auto
+        tile follows the memory free now, as it does when the upscale runs). UpscaleError on bad
+        arguments."""
+        if self._auto is not None:  # both sides share one architecture, so one tiling: the lossless side's
+            return self._auto.engines[DEFAULT_MODEL].plan(h, w, request)
+        (out_h, out_w), passes = self.plan_size(h, w, request.scale, request.outscale, request.width,
+                                                request.height)
+        views = 8 if request.tta else 1
+        tiles = tiled = work = 0
+        ph, pw = h, w
+        for s in passes:
+            loaded = self._get(s)
+            tile = self._tile_for(loaded, ph, pw)
+            rows = plan_axis(ph, tile, self.tile_overlap, loaded.align)
+            cols = plan_axis(pw, tile, self.tile_overlap, loaded.align)
+            tiles += len(rows) * len(cols)
+            tiled += sum(b - a for a, b in rows) * sum(b - a for a, b in cols) * s * s
+            ph, pw = ph * s, pw * s
+            work += ph * pw
+        return Plan((out_h, out_w), tuple(passes), tiles * views, tiled * views, work * views)
 
     def _tile_for(self, loaded: _Loaded, h: int, w: int) -> int | None:
         if self.tile is None:
@@ -572,7 +606,7 @@ class Upscaler:
         if alpha_mode not in ALPHA_MODES:
             raise UpscaleError(f"alpha_mode must be one of {', '.join(ALPHA_MODES)}, got {alpha_mode!r}")
         h, w = pixels.shape[:2]
-        (out_h, out_w), passes = self.plan(h, w, scale, outscale, width, height)
+        (out_h, out_w), passes = self.plan_size(h, w, scale, outscale, width, height)
         alpha = getattr(img, "alpha", None)
         quantize = quantize and alpha is None
         samples = SAMPLE_TYPES[getattr(img, "bit_depth", 8)] if quantize else np.float32

@@ -102,7 +102,7 @@ def check_size(up: Upscaler, info: VideoInfo, opts: BatchOptions) -> None:
     from ..inference import UpscaleError
 
     try:
-        (h, w), _ = up.plan(info.height, info.width, opts.scale, opts.outscale, opts.width, opts.height)
+        (h, w), _ = up.plan_size(info.height, info.width, opts.scale, opts.outscale, opts.width, opts.height)
     except UpscaleError as e:
         raise VideoError(str(e)) from None
     if h % 2 or w % 2:
@@ -154,7 +154,7 @@ def finish(plan: Plan) -> None:
 
 def result_of(up: Upscaler, plan: Plan, opts: BatchOptions, seconds: float, choice: object = None,
               model: str = "") -> VideoResult:
-    (oh, ow), _ = up.plan(plan.info.height, plan.info.width, opts.scale, opts.outscale, opts.width,
+    (oh, ow), _ = up.plan_size(plan.info.height, plan.info.width, opts.scale, opts.outscale, opts.width,
                           opts.height)
     n = plan.b - plan.a
     return VideoResult(frames=n, out_pixels=n * ow * oh, seconds=seconds, model=model or str(opts.model),

@@ -1,0 +1,42 @@
+"""Upscaler.plan: the output size, passes and tile count of the upscale the engine then runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sr.inference import Upscaler
+from sr.inference import engine as engine_module
+from sr.io import DecodedImage
+from sr.request import UpscaleRequest
+
+
+def _image(h: int, w: int) -> DecodedImage:
+    rng = np.random.default_rng(0)
+    return DecodedImage(pixels=rng.random((h, w, 3), dtype=np.float32))
+
+
+@pytest.mark.parametrize("tile, h, w, request_", [
+    (48, 100, 70, UpscaleRequest()),                   # 3 x 2 tiles
+    (48, 40, 130, UpscaleRequest(tta=True)),           # one row of tiles, x8 views
+    (0, 50, 30, UpscaleRequest()),                     # tiling off: one forward
+    (64, 40, 60, UpscaleRequest(outscale=4)),          # two x2 passes, the second one tiled
+])
+def test_plan_counts_the_tiles_the_engine_runs(tiny_x2, monkeypatch, tile, h, w, request_) -> None:
+    up = Upscaler(model=str(tiny_x2), device="cpu", tile=tile, tile_overlap=8, threads=1)
+    plan = up.plan(h, w, request_)
+    forwards: list[tuple[int, int]] = []
+    run_tiles = engine_module.Upscaler._run_tiles
+
+    def counting(self, loaded, arrs, *args, **kwargs):
+        forwards.extend(a.shape[:2] for a in arrs)
+        return run_tiles(self, loaded, arrs, *args, **kwargs)
+
+    monkeypatch.setattr(engine_module.Upscaler, "_run_tiles", counting)
+    res = up.upscale(_image(h, w), scale=request_.scale, outscale=request_.outscale, tta=request_.tta)
+    views = 8 if request_.tta else 1
+    assert (res.image.height, res.image.width) == plan.out_size
+    assert plan.tiles == len(forwards) * views
+    assert plan.tiled_pixels == sum(a * b * 4 for a, b in forwards) * views  # tiny is x2: 4 out per in
+    assert plan.work_pixels == views * sum(h * w * 4**(i + 1) for i in range(len(plan.passes)))
+    assert plan.tiles > views or tile == 0
