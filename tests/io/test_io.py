@@ -375,7 +375,7 @@ def test_rgba_webp_read_keeps_alpha():
     np.testing.assert_array_equal(as8(img.alpha), a[..., 3])
 
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "benchmark"
+BENCHMARK = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "benchmark"
 
 
 @pytest.mark.skipif(not (BENCHMARK / "Set14").is_dir(), reason="needs ../shared/datasets/benchmark")
