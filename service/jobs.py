@@ -48,6 +48,10 @@ MAX_RETRY_AFTER_S = 3600
 DISCONNECT_POLL_S = 0.25
 
 
+class JobStopped(RuntimeError):
+    """The request gave up (timeout, client gone) between the job's stages."""
+
+
 class QueueFullError(RuntimeError):
     def __init__(self, retry_after: int, ahead: int | None = None, reason: str | None = None) -> None:
         jobs = f" by {ahead} jobs" if ahead is not None else ""

@@ -23,7 +23,7 @@ from sr.inference import Upscaler
 from sr.io import FORMATS, signatures, writable_format_for
 from sr.request import UpscaleRequest, same_format
 
-from .jobs import Work
+from .jobs import JobStopped, Work
 
 
 def request_formats() -> tuple[str, ...]:
@@ -44,10 +44,6 @@ class NoBudgetMapError(ValueError):
 
 class WorkLimitError(ValueError):
     """The request asks for more output pixels or work than the server allows (-> 422)."""
-
-
-class JobStopped(RuntimeError):
-    """The request gave up (timeout, client gone) between the job's stages."""
 
 
 @dataclass

@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from .jobs import JobStopped
+
 MODULE = "sr.service.sandbox"
 MAX_MESSAGE = 64 * 1024   # JSON only: anything big goes in a memfd
 MAX_FDS = 4
@@ -252,8 +254,6 @@ class Sandbox:
             except TimeoutError:
                 if should_stop is not None and should_stop():
                     self._killed(child)
-                    from .pipeline import JobStopped
-
                     raise JobStopped("job stopped: the request gave up") from None
             except (OSError, ValueError):  # the child died: SIGXCPU, an out-of-memory kill, a crash
                 code = _exit_code(child)
