@@ -9,12 +9,13 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from .jobs import Job
 from .options import BatchOptions
 from .report import Stats
-from .stages import read_input, upscale_input, write_output
+from .stages import StageTimes, read_input, upscale_input, write_output
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -65,7 +66,9 @@ def _reader(jobs: list[Job], q: queue.Queue, stop: threading.Event, max_pixels: 
     for job in jobs:
         if stop.is_set():
             return
-        if not _put(q, (job, read_input(job, max_pixels)), stop):
+        start = time.perf_counter()
+        decoded = read_input(job, max_pixels)
+        if not _put(q, (job, decoded, StageTimes(decode=time.perf_counter() - start)), stop):
             return
     _put(q, _DONE, stop)
 
@@ -75,8 +78,12 @@ def _writer(q: queue.Queue, stats: Stats, opts: BatchOptions) -> None:
         item = q.get()
         if item is _DONE:
             return
-        job, output = item
-        stats.record(job, write_output(job, output, opts))
+        job, output, times = item
+        start = time.perf_counter()
+        written = write_output(job, output, opts)
+        times.encode = time.perf_counter() - start
+        written.times = times
+        stats.record(job, written)
 
 
 def run_local(up: Upscaler, todo: list[Job], stats: Stats, opts: BatchOptions) -> None:
@@ -96,14 +103,16 @@ def run_local(up: Upscaler, todo: list[Job], stats: Stats, opts: BatchOptions) -
             item = q_in.get()
             if item is _DONE:
                 break
-            job, (image, problem) = item
+            job, (image, problem), times = item
             del item
             output = None
             if problem is None:
                 bar = tile_bar(job, image)
                 try:
                     progress = tile_progress(bar) if bar is not None else None
+                    start = time.perf_counter()
                     output, problem = upscale_input(up, image, job, opts, progress=progress)
+                    times.upscale = time.perf_counter() - start
                 finally:
                     if bar is not None:
                         bar.close()
@@ -111,7 +120,7 @@ def run_local(up: Upscaler, todo: list[Job], stats: Stats, opts: BatchOptions) -
             if problem is not None:
                 stats.fail(job.src, problem)
                 continue
-            q_out.put((job, output))
+            q_out.put((job, output, times))
             del output
         q_out.put(_DONE)
         writer.join()

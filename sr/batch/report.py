@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .. import AUTO_MODEL
 from ..video import is_video
 from .jobs import Job
-from .stages import NO_BUDGET_MAPS, Written
+from .stages import NO_BUDGET_MAPS, StageTimes, Written
 
 if TYPE_CHECKING:
     from ..inference import Upscaler
@@ -29,6 +29,8 @@ class Stats:
         self.warned = False
         self.verbose = verbose
         self.chosen: Counter[str] = Counter()  # model="auto": files per family chosen
+        self.times = StageTimes()  # summed over the files that reported theirs (-v's total line)
+        self.timed = 0
         self.bar = tqdm(total=total, unit="img", disable=None, file=sys.stderr, dynamic_ncols=True)
 
     def fail(self, path: Path, reason: str) -> None:
@@ -54,8 +56,14 @@ class Stats:
         with self.lock:
             if written.chosen:
                 self.chosen[written.chosen] += 1
+            if written.times is not None:
+                self.times.add(written.times)
+                self.timed += 1
             if self.verbose:
-                self.bar.write(f"{job.src} -> {job.out} ({written.choice or written.model})", file=sys.stdout)
+                line = f"{job.src} -> {job.out} ({written.choice or written.model})"
+                if written.times is not None:
+                    line += f": {written.times.describe()}"
+                self.bar.write(line, file=sys.stdout)
         self.ok(written.pixels)
 
 
@@ -86,6 +94,11 @@ def summary(stats: Stats, skipped: int, seconds: float, interrupted: bool = Fals
     head = "interrupted: " if interrupted else ""
     print(f"{head}{stats.done} done, {skipped} skipped, {stats.failed} failed in {seconds:.1f} s "
           f"({rate:.2f} output MP/s)")
+    if stats.verbose and stats.timed:
+        # Summed per file: with several files the reader and writer threads overlap the model, so
+        # the sum can exceed the wall time above; for one file it is that file's wall time.
+        print(f"stages over {stats.timed} file{'s' if stats.timed != 1 else ''}: {stats.times.describe()} "
+              f"(sum {stats.times.total:.2f} s; reading and writing overlap the model across files)")
     if stats.chosen:
         counts = ", ".join(f"{family} for {n} file{'s' if n != 1 else ''}"
                            for family, n in sorted(stats.chosen.items()))

@@ -100,6 +100,27 @@ def _output(result: UpscaleResult, job: Job, opts: BatchOptions, k_max: float | 
 
 
 @dataclass
+class StageTimes:
+    """Wall seconds of one file's three stages, each timed in the thread that runs it (``-v``)."""
+
+    decode: float = 0.0
+    upscale: float = 0.0
+    encode: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.decode + self.upscale + self.encode
+
+    def add(self, other: StageTimes) -> None:
+        self.decode += other.decode
+        self.upscale += other.upscale
+        self.encode += other.encode
+
+    def describe(self) -> str:
+        return f"decode {self.decode:.2f} s, upscale {self.upscale:.2f} s, encode {self.encode:.2f} s"
+
+
+@dataclass
 class Written:
     """What writing one job's output gave: output pixels on success, else the reason."""
 
@@ -109,6 +130,7 @@ class Written:
     model: str = ""   # the model that ran, e.g. "photo-x2"
     chosen: str = ""  # --model auto: the family this file got ("photo"), else ""
     choice: str = ""  # --model auto: what was chosen and why ("auto: photo (JPEG, quality ~72)")
+    times: StageTimes | None = None  # seconds per stage (the local executor times them)
 
 
 def write_output(job: Job, output: Output, opts: BatchOptions) -> Written:

@@ -51,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"1 = {PHOTO_MODEL} as trained; {AUTO_MODEL}'s lossless inputs always get "
                         f"{DEFAULT_MODEL})")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="print each written file with the model it got (with auto: why)")
+                   help="print each written file with the model it got (with auto: why) and its decode, "
+                        "upscale and encode seconds, then those summed over the batch")
     size = p.add_argument_group("output size (default: the model's smallest scale)")
     size.add_argument("-s", "--scale", type=int, choices=(2, 3, 4), help="model scale to use")
     size.add_argument("--outscale", type=float, metavar="S",

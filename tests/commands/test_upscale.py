@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,6 +99,56 @@ def test_reading_and_writing_overlap_with_the_model(tmp_path, tiny, monkeypatch,
     assert "6 done" in capsys.readouterr().out
     serial = 6 * 3 * delay  # read + upscale + write, one after another
     assert elapsed < 0.75 * serial, f"{elapsed:.2f} s: no overlap (serial: {serial:.1f} s)"
+
+
+STAGES = re.compile(r"decode (\d+\.\d+) s, upscale (\d+\.\d+) s, encode (\d+\.\d+) s")
+
+
+def test_verbose_reports_each_stage_and_they_add_up_to_the_wall_time(tmp_path, tiny, monkeypatch, capsys):
+    """Each stage made slow by a known delay: -v's seconds show each one, and for one file they sum
+    to the batch's wall time."""
+    from sr import io as sr_io
+    from sr.inference import Upscaler
+
+    save(tmp_path / "in" / "a.png", photo(8, 8))
+    delays = {"read": 0.2, "upscale": 0.4, "write": 0.3}
+
+    def slow(fn, delay):
+        def wrapped(*args, **kwargs):
+            time.sleep(delay)
+            return fn(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(sr_io, "read_image", slow(sr_io.read_image, delays["read"]))
+    monkeypatch.setattr(sr_io, "write_image", slow(sr_io.write_image, delays["write"]))
+    monkeypatch.setattr(Upscaler, "upscale", slow(Upscaler.upscale, delays["upscale"]))
+    assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--model", tiny, "-v") == 0
+    out = capsys.readouterr().out
+    per_file = [line for line in out.splitlines() if "a.png -> " in line]
+    assert len(per_file) == 1
+    decode, upscale, encode = (float(v) for v in STAGES.search(per_file[0]).groups())
+    for seconds, delay in zip((decode, upscale, encode), delays.values(), strict=True):
+        assert delay <= seconds < delay + 1.0
+    wall = float(re.search(r"1 done, 0 skipped, 0 failed in (\d+\.\d+) s", out).group(1))
+    assert abs(decode + upscale + encode - wall) < 0.3, out
+    total = next(line for line in out.splitlines() if line.startswith("stages over 1 file:"))
+    assert [float(v) for v in STAGES.search(total).groups()] == [decode, upscale, encode]
+    # without -v: neither the per-file line nor the total
+    assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "quiet"), "--model", tiny) == 0
+    assert "decode" not in capsys.readouterr().out
+
+
+def test_verbose_sums_the_stages_over_several_files(tmp_path, tiny, capsys):
+    for i in range(3):
+        save(tmp_path / "in" / f"{i}.png", photo(12, 12, seed=i))
+    assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--model", tiny, "-v") == 0
+    out = capsys.readouterr().out
+    files = [[float(v) for v in STAGES.search(line).groups()] for line in out.splitlines() if " -> " in line]
+    assert len(files) == 3 and min(min(f) for f in files) >= 0
+    total = next(line for line in out.splitlines() if line.startswith("stages over 3 files:"))
+    sums = [float(v) for v in STAGES.search(total).groups()]
+    for stage, summed in enumerate(sums):
+        assert summed == pytest.approx(sum(f[stage] for f in files), abs=0.015)  # each printed rounded
 
 
 def test_bad_files_are_reported_and_the_batch_goes_on(tmp_path, tiny, capsys):
