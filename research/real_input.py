@@ -101,13 +101,12 @@ def contenders(peers_dir: Path, ours: list[str], strength: float) -> list[Conten
 
 def _sets(hr: str, levels: list[str], degrade_dir: Path, seed: int) -> list[tuple[str, object]]:
     """(level, SetPlan) for clean and each degraded level; degraded sets built once, then reused."""
-    from sr.commands.degrade import build_targets, plan_degraded
-    from sr.commands.evaluate import plan_sets
+    from sr.evaluation import build_targets, plan_degraded, plan_sets
 
     out = [("clean", plan_sets([hr], None, SCALE)[0])]
     if levels:
         targets = plan_degraded([hr], levels, SCALE, degrade_dir, seed)
-        build_targets(targets, SCALE, seed, quiet=True)
+        build_targets(targets, SCALE, seed)
         plans = plan_sets([str(t.hr_dir) for t in targets], [str(t.out) for t in targets], SCALE)
         for plan, t in zip(plans, targets, strict=True):
             plan.name = t.out.name
@@ -208,7 +207,7 @@ def speed_table(models: list[Contender], s_per_mp: dict[str, float], reference: 
 
 
 def run(args: argparse.Namespace) -> int:
-    from sr.commands.degrade import parse_levels
+    from sr.evaluation import EvaluationError, parse_levels
     from sr.evaluation.degraded import DEFAULT_SEED
 
     if args.rounds < 1 or (args.images is not None and args.images < 1):
@@ -217,9 +216,12 @@ def run(args: argparse.Namespace) -> int:
     hr = args.hr or str(DEFAULT_VALID)
     if not Path(hr).is_dir():
         raise CLIError(f"--hr {hr}: no such folder")
-    levels = [] if args.levels == "none" else parse_levels(args.levels, "--levels")
-    models = contenders(Path(args.peers_dir), ["asa-base-x4", "photo-x4"], args.denoise_strength)
-    sets = _sets(hr, levels, Path(args.degrade_dir), DEFAULT_SEED)
+    try:
+        levels = [] if args.levels == "none" else parse_levels(args.levels, "--levels")
+        models = contenders(Path(args.peers_dir), ["asa-base-x4", "photo-x4"], args.denoise_strength)
+        sets = _sets(hr, levels, Path(args.degrade_dir), DEFAULT_SEED)
+    except EvaluationError as e:
+        raise CLIError(str(e)) from None
     print(f"{torch.get_num_threads()} CPU thread(s); x{SCALE} on {hr}: clean + {', '.join(levels) or 'no'}"
           " degraded levels", flush=True)
     # speed first: it is short, and the quality pass writes its JSON level by level

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from .attention import make_attention
+from .attention import AdaptiveSparseAttention, make_attention
 from .blocks import ResBlock
 
 
@@ -56,6 +56,18 @@ class SRNet(nn.Module):
     @property
     def scale(self) -> int:
         return self.cfg.scale
+
+    def adaptive_blocks(self) -> list[AdaptiveSparseAttention]:
+        """The adaptive attention blocks, in order (none for other attention kinds)."""
+        return [m for m in self.body if isinstance(m, AdaptiveSparseAttention)]
+
+    def set_attention_budget(self, budget: float) -> int:
+        """Retarget every adaptive attention block's mean budget (key regions per query region;
+        0 = attention skipped everywhere); the number of blocks retargeted, 0 when there are none."""
+        blocks = self.adaptive_blocks()
+        for block in blocks:
+            block.set_budget(budget)
+        return len(blocks)
 
     def forward(self, x: torch.Tensor, aux: dict | None = None) -> torch.Tensor:
         """x: (B, 3, H, W) -> (B, 3, sH, sW). Pass a dict as ``aux`` to collect budget maps/loss."""

@@ -134,3 +134,12 @@ def test_invalid_attention_settings_are_value_errors():
         AdaptiveSparseAttention(16, 2, k_min=0, k_max=4, budget=6.0)
     with pytest.raises(ValueError, match="scale must be 2, 3 or 4"):
         build_model(build_config("asa-small", 5))
+
+
+def test_set_attention_budget_retargets_every_adaptive_block_and_counts_them():
+    model = build_model("asa-small-x2")
+    blocks = model.adaptive_blocks()
+    assert len(blocks) == sum(isinstance(m, AdaptiveSparseAttention) for m in model.modules()) > 0
+    assert model.set_attention_budget(2.5) == len(blocks)
+    assert {b.budget for b in blocks} == {2.5}
+    assert build_model("asa-small-x2", attention="window").set_attention_budget(1) == 0

@@ -26,7 +26,7 @@ from sr.metrics import psnr, rgb_to_y, ssim
 from sr.models import build_model
 from sr.resize import imresize, modcrop
 
-BENCHMARK = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "benchmark"
+BENCHMARK = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets" / "benchmark"
 # Published bicubic PSNR / SSIM (Y channel, border = scale), e.g. the EDSR/RCAN tables.
 PUBLISHED = {
     "Set5": {2: (33.66, 0.9299), 3: (30.39, 0.8682), 4: (28.42, 0.8104)},
