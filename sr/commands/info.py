@@ -173,8 +173,7 @@ def describe(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]
 # `sr info --all` counts each network's MACs for an output this many times smaller per side and
 # scales the count by the area: convs and windowed attention cost the same per pixel, so the estimate
 # agrees with a count at a quarter of the side within 0.6% on every preset (asa-base x2 at 1280x720:
-# 74.33 G estimated, 74.42 G counted; 0.69 s against 42.5 s for that model under a load of 8).
-# What remains is mostly the one-off import of torch._dynamo that FlopCounterMode pulls in.
+# 0.69 s against 42.5 s for the full count under a load of 8).
 MACS_PROBE_SHRINK = 8
 MACS_PROBE_MIN_SIDE = 256  # smaller outputs are counted as they are (already fast)
 

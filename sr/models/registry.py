@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .macs import count_forward_macs
 from .network import NetConfig, SRNet
 
 ASA = {"region": 4, "k_min": 0, "k_max": 8, "budget": 4.0, "stride": 2, "detail_prior": 0.5}
@@ -62,21 +63,9 @@ def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-@torch.no_grad()
 def count_macs(model: SRNet, out_hw: tuple[int, int] = (720, 1280)) -> int:
-    """Multiply-accumulates for one forward pass producing an ``out_hw`` image (eval mode).
-
-    Convs and linears are counted by hooks; attention matmuls (SDPA and the coarse scoring) are
-    counted by the torch dispatcher's FLOP counter, halved to MACs.
-    """
-    from torch.utils.flop_counter import FlopCounterMode
-
+    """Multiply-accumulates for one forward pass producing an ``out_hw`` image (eval mode): every
+    convolution, linear layer, matrix product and attention call as it runs (:mod:`.macs`)."""
     s = model.scale
     x = torch.zeros(1, 3, out_hw[0] // s, out_hw[1] // s, dtype=next(model.parameters()).dtype)
-    was_training = model.training
-    model.eval()
-    counter = FlopCounterMode(display=False)
-    with counter:
-        model(x)
-    model.train(was_training)
-    return counter.get_total_flops() // 2
+    return count_forward_macs(model, x)
