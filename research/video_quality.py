@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     from sr.batch import BatchOptions
     from sr.batch.stages import make_upscaler
     from sr.metrics import rgb_to_y
+    from sr.request import UpscaleRequest
     from sr.resize import imresize
     from sr.video.run import upscale_video
 
@@ -157,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     lr_y_rgb = [rgb for _, rgb in frames(info, 0, info.frames)]
     scores = {"bicubic": [rgb_to_y(np.clip(imresize(f, 2.0), 0, 1)) for f in lr_y_rgb]}
     for model in args.models:
-        opts = BatchOptions(inputs=(), output=str(work), model=model, threads=args.threads).checked()
+        opts = BatchOptions(inputs=(), output=str(work), request=UpscaleRequest(model=model),
+                            threads=args.threads).checked()
         out = work / f"clip_{model}.mp4"
         r = upscale_video(make_upscaler(opts), clip, out, opts)
         print(f"{model}: {describe(out)}; {r.frames / r.seconds:.2f} frames/s, "

@@ -24,7 +24,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,25 +39,29 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.security import APIKeyHeader
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import FormData
 
-from sr.inference import DENOISE_MODELS, UpscaleError
-from sr.io import ImageError
+from sr.inference import UpscaleError, Upscaler
+from sr.io import DecodedImage, ImageError
 from sr.request import UpscaleRequest
 
-from .hub import AUTO_DESCRIPTION, ModelHub, UnknownModelError
+from .hub import AUTO_DESCRIPTION, ModelHub
 from .intake import AdmissionState, Intake, UploadAdmission
 from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError, Work
 from .limits import ApiKeyMiddleware, BodyLimitMiddleware
 from .pipeline import (
     BudgetMapStore,
     JobRequest,
+    JobResult,
     WorkLimitError,
-    download_name,
+    engine_for,
+    form_request,
     http_error,
     levels_png,
     mime_types,
     plan_work,
     request_formats,
+    result_headers,
     run_job,
 )
 from .sandbox import Limits, Sandbox
@@ -90,14 +94,58 @@ class Service:
     decoder: Sandbox      # decodes, sandboxed, one process per job worker
     admission: AdmissionState
 
-    def decode(self, engine: Any, job: JobRequest) -> Callable[..., Any]:
+    def job(self, data: bytes, family: str, asked: UpscaleRequest, keep_budget_map: bool) -> JobRequest:
+        """An upload's job for ``asked``, under this server's limits."""
+        s = self.settings
+        k_max = self.hub.budget_k_max(family) if asked.budget_map or keep_budget_map else None
+        return JobRequest(data=data, request=asked, max_pixels=s.max_pixels, budget_k_max=k_max,
+                          keep_budget_map=keep_budget_map, max_output_pixels=s.max_output_pixels,
+                          max_work_pixels=s.max_work_pixels)
+
+    async def admit(self, engine: Upscaler, job: JobRequest) -> Work:
+        """The job's predicted work, or the 4xx that refuses it before any work: the header gives
+        the size (read in the sandbox, on the intake lane of the upload's size), the engine's plan
+        the output, passes and predicted time."""
+        try:
+            probe = await self.intake.probe(job.data, self.settings.max_pixels)
+            (out_w, out_h), work = plan_work(engine, probe.width, probe.height, job)
+            check_time(self, work, (out_w, out_h), job.request.tta)
+        except (ImageError, UpscaleError, WorkLimitError) as e:  # each is the request's fault: a 4xx
+            raise (http_error(e, job.data) or HTTPException(400, detail=str(e))) from None
+        except Exception as e:  # noqa: BLE001 - the sandbox's own failures (503), else a server fault
+            raise (http_error(e, job.data) or e) from None
+        return work
+
+    async def run(self, engine: Upscaler, job: JobRequest, work: Work,
+                  disconnected: Callable[[], Awaitable[bool]]) -> JobResult | None:
+        """The admitted job's result from a worker (decoded in the sandbox), the HTTP error that
+        says why not, or None when the client went away (the job is then cancelled)."""
+        settings = self.settings
+        try:
+            job.decode = self.decode(engine, job)
+            return await self.pool.run(run_job, engine, job, timeout=settings.timeout_s, work=work,
+                                       stop=job.stop, disconnected=disconnected)
+        except QueueFullError as e:
+            raise HTTPException(503, detail=str(e), headers={"Retry-After": str(e.retry_after)}) from None
+        except JobTimeoutError as e:
+            raise HTTPException(504, detail=str(e)) from None
+        except ClientGoneError:
+            log.info("client gone: job cancelled")
+            return None
+        except Exception as e:  # noqa: BLE001 - mapped to a 4xx when the input is at fault, else 500
+            error = http_error(e, job.data)
+            if error is None:
+                raise
+            raise error from None
+
+    def decode(self, engine: Upscaler, job: JobRequest) -> Callable[..., DecodedImage]:
         """The job's decode: in the sandbox, then the work predicted again from the decoded size
         (an orientation the header read missed cannot buy a job past the time limit, row C)."""
-        def decode(data: bytes, max_pixels: int | None) -> Any:
+        def decode(data: bytes, max_pixels: int | None) -> DecodedImage:
             img = self.decoder.run("decode", data, max_pixels=max_pixels, wall_s=self.settings.timeout_s,
                                    should_stop=job.should_stop)
             (out_w, out_h), work = plan_work(engine, img.width, img.height, job)
-            check_time(self, work, (out_w, out_h), job.tta)
+            check_time(self, work, (out_w, out_h), job.request.tta)
             return img
 
         return decode
@@ -158,6 +206,13 @@ def require_ready(service: Annotated[Service, Depends(get_service)]) -> None:
 
 # --- API --------------------------------------------------------------------------------------
 
+def refuse_repeated_fields(form: FormData) -> None:
+    """422 for a field given more than once, rather than silently taking the last value."""
+    repeated = [f"{k} ({len(form.getlist(k))} times)" for k in SINGLE_FIELDS if len(form.getlist(k)) > 1]
+    if repeated:
+        raise HTTPException(422, detail=f"repeated form field: {', '.join(repeated)}; send each field once")
+
+
 async def _read_upload(file: UploadFile, settings: Settings) -> bytes:
     data = await file.read()
     if not data:
@@ -200,103 +255,41 @@ async def upscale(
     request: Request,
     service: Annotated[Service, Depends(get_service)],
     file: Annotated[UploadFile, File(description="the image (PNG, JPEG, WebP, BMP, TIFF, GIF...)")],
+    # Values are checked by the request (sr.request.UpscaleRequest.validate), as the CLI's are:
+    # the same bad value gets the same sentence from both, here as a 422.
     scale: Annotated[int | None, Form(description="model scale 2, 3 or 4 (default: the smallest)")] = None,
-    outscale: Annotated[float | None, Form(gt=0, le=16, allow_inf_nan=False,
-                                           description="final factor, any real number")] = None,
-    width: Annotated[int | None, Form(ge=1, le=65536, description="output width in pixels")] = None,
-    height: Annotated[int | None, Form(ge=1, le=65536, description="output height in pixels")] = None,
+    outscale: Annotated[float | None, Form(description="final factor, any number > 0")] = None,
+    width: Annotated[int | None, Form(description="output width in pixels")] = None,
+    height: Annotated[int | None, Form(description="output height in pixels")] = None,
     model: Annotated[str | None, Form(max_length=128, description="a name from GET /v1/models; auto: "
                                       + AUTO_DESCRIPTION)] = None,
     fmt: Annotated[Literal[request_formats()],  # type: ignore[valid-type]
                    Form(alias="format", description="output format; same: the upload's, else PNG")] = "same",
-    quality: Annotated[int, Form(ge=1, le=100, description="JPEG/WebP quality")] = 95,
+    quality: Annotated[int, Form(description="JPEG/WebP quality 1-100")] = 95,
     budget_map: Annotated[bool, Form(description="return the attention-budget heat-map PNG instead")] = False,
     tta: Annotated[bool, Form(description="quality mode: average the model over 8 flips/rotations "
                                           "(sharper, 8x the compute; gain: the model card)")] = False,
-    denoise: Annotated[float | None, Form(ge=0, le=1, allow_inf_nan=False,
-                                          description="photo and auto only: 0..1, photo's weights blended "
+    denoise: Annotated[float | None, Form(description="photo and auto only: 0..1, photo's weights blended "
                                                       "with asa-base's, (1-D)*asa-base + D*photo "
                                                       "(default 1: photo as trained)")] = None,
     keep_budget_map: Annotated[bool, Form(description="also keep this result's attention-budget map for "
                                                       "GET /v1/budget-maps/{id} (id in X-Budget-Map-Id): "
                                                       "showing it then needs no second upscale")] = False,
 ) -> Response:
+    # As `sr upscale`: the arguments -> one UpscaleRequest -> its engine and plan -> run -> output.
     start = time.perf_counter()
-    settings, hub = service.settings, service.hub
-    form = await request.form()  # already parsed for the parameters above: no second read
-    repeated = [f"{k} ({len(form.getlist(k))} times)" for k in SINGLE_FIELDS if len(form.getlist(k)) > 1]
-    if repeated:
-        raise HTTPException(422, detail=f"repeated form field: {', '.join(repeated)}; send each field once")
-    try:
-        family, implied = hub.resolve(model)
-    except UnknownModelError as e:
-        raise HTTPException(422, detail=str(e)) from None
-    if denoise is not None and not hub.takes_denoise(family):
-        raise HTTPException(422, detail=f"denoise applies only to the models {' and '.join(DENOISE_MODELS)}, "
-                                        f"not {family!r}; leave it out or choose one of them")
-    try:
-        engine = hub.engine(family, denoise)
-    except UpscaleError as e:  # a listed model whose file is unusable: the server's fault, not the client's
-        raise HTTPException(503, detail=f"model {family} is unavailable: {e}") from None
-    if implied is not None and scale is not None and scale != implied:
-        raise HTTPException(422, detail=f"model {model!r} is a x{implied} model but scale={scale} was asked")
-    scale = scale if scale is not None else implied
-    if scale is not None and scale not in engine.scales:
-        raise HTTPException(422, detail=f"scale {scale} is not available for model {family} "
-                                        f"(available: {', '.join(map(str, engine.scales))})")
-
-    data = await _read_upload(file, settings)
-    stop = threading.Event()
-    job = JobRequest(data=data, scale=scale, outscale=outscale, width=width, height=height, fmt=fmt,
-                     quality=quality, budget_map=budget_map, tta=tta, max_pixels=settings.max_pixels,
-                     budget_k_max=hub.budget_k_max(family) if budget_map or keep_budget_map else None,
-                     keep_budget_map=keep_budget_map,
-                     max_output_pixels=settings.max_output_pixels, max_work_pixels=settings.max_work_pixels,
-                     should_stop=stop.is_set)
-    # Refuse before any work: the header gives the size (read in the sandbox, on the intake lane of
-    # the upload's size), the engine's plan the output, passes and predicted time.
-    try:
-        probe = await service.intake.probe(data, settings.max_pixels)
-        (out_w, out_h), work = plan_work(engine, probe.width, probe.height, job)
-        check_time(service, work, (out_w, out_h), tta)
-    except (ImageError, UpscaleError, WorkLimitError) as e:  # each is the request's fault: a 4xx
-        raise (http_error(e, data) or HTTPException(400, detail=str(e))) from None
-    except Exception as e:  # noqa: BLE001 - the sandbox's own failures (503), else a server fault
-        raise (http_error(e, data) or e) from None
-    try:
-        job.decode = service.decode(engine, job)
-        result = await service.pool.run(run_job, engine, job, timeout=settings.timeout_s, work=work,
-                                        stop=stop, disconnected=request.is_disconnected)
-    except QueueFullError as e:
-        raise HTTPException(503, detail=str(e), headers={"Retry-After": str(e.retry_after)}) from None
-    except JobTimeoutError as e:
-        raise HTTPException(504, detail=str(e)) from None
-    except ClientGoneError:
-        log.info("client gone: job cancelled")
+    refuse_repeated_fields(await request.form())  # already parsed for the parameters: no second read
+    family, asked = form_request(service.hub, model, scale=scale, outscale=outscale, width=width,
+                                 height=height, fmt=fmt, quality=quality, budget_map=budget_map, tta=tta,
+                                 denoise=denoise)
+    engine = engine_for(service.hub, family, asked)
+    job = service.job(await _read_upload(file, service.settings), family, asked, keep_budget_map)
+    work = await service.admit(engine, job)
+    result = await service.run(engine, job, work, request.is_disconnected)
+    if result is None:
         return Response(status_code=CLIENT_CLOSED)
-    except Exception as e:  # noqa: BLE001 - mapped to a 4xx when the input is at fault, else 500
-        error = http_error(e, data)
-        if error is None:
-            raise
-        raise error from None
-
     timings = {**result.timings_ms, "total": (time.perf_counter() - start) * 1e3}
-    # The CLI's naming rule (sr.request): decided by the request, e.g. width-only -> _w800
-    suffix = UpscaleRequest(scale=scale, outscale=outscale, width=width, height=height,
-                            budget_map=budget_map).output_suffix(result.scale)
-    name = download_name(file.filename, suffix, result.fmt)
-    headers = {
-        "Content-Disposition": f'attachment; filename="{name}"',
-        "Server-Timing": ", ".join(f"{k};dur={v:.1f}" for k, v in timings.items()),
-        "X-Model": result.model,
-        **({"X-Model-Choice": result.choice} if result.choice else {}),
-        "X-Scale": str(result.scale),
-        "X-Image-Size": f"{result.size[0]}x{result.size[1]}",
-        "X-Content-Type-Options": "nosniff",
-        "Cache-Control": "no-store",
-    }
-    if budget_map and job.budget_k_max:
-        headers["X-Budget-Max"] = f"{job.budget_k_max:g}"  # the heat map's brightest colour
+    headers = result_headers(result, job, file.filename, timings)
     if result.budget_levels is not None:
         map_id = service.budget_maps.put(result.budget_levels, job.budget_k_max)
         if map_id is not None:
@@ -409,19 +402,16 @@ CALIBRATION_SQUARE = 128
 CALIBRATION_STRIP = 2048
 
 
-def _calibrate(service: Service, engine: Any) -> None:
+def _calibrate(service: Service, engine: Upscaler) -> None:
     """The work model's rates on this machine, for this model: time two upscales."""
     import numpy as np
-
-    from sr.io import DecodedImage
 
     scale = min(engine.scales)
     rng = np.random.default_rng(0)
     timed = []
     for h, w in ((CALIBRATION_SQUARE, CALIBRATION_SQUARE), (1, CALIBRATION_STRIP)):
         sample = DecodedImage(pixels=rng.random((h, w, 3), dtype=np.float32), format="PNG", mode="RGB")
-        job = JobRequest(data=b"", scale=scale, outscale=None, width=None, height=None, fmt="png",
-                         quality=95, budget_map=False, max_pixels=h * w)
+        job = JobRequest(data=b"", request=UpscaleRequest(scale=scale), max_pixels=h * w)
         _, work = plan_work(engine, w, h, job)
         start = time.perf_counter()
         engine.upscale(sample, scale=scale)
@@ -453,7 +443,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         service.intake.start()
         service.decoder.start()
 
-        def calibrate(engine: Any) -> None:
+        def calibrate(engine: Upscaler) -> None:
             service.intake.wait_ready()
             service.decoder.wait_ready()
             _calibrate(service, engine)

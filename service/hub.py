@@ -7,7 +7,9 @@ first use. A client names a model only by a catalogue name, never by a path.
 ``auto`` is offered as one more family when the folder holds both of its sides (the default family
 and the photo family: :mod:`sr.inference.model_choice`), at their common scales. A ``denoise``
 strength other than the default gets its own engine (photo blended with the default family); the
-most recently used :data:`MAX_DENOISE_ENGINES` of those are kept.
+most recently used :data:`MAX_DENOISE_ENGINES` of those are kept. Whether a family takes a denoise
+strength is the request's rule (:func:`sr.request.takes_denoise`, applied by
+:meth:`sr.request.UpscaleRequest.validate` to :meth:`ModelHub.request_model`'s name).
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sr import AUTO_MODEL, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from sr.descriptor import family_of
-from sr.inference.model_choice import DEFAULT_DENOISE, DENOISE_MODELS, check_denoise, takes_denoise
+from sr.request import DEFAULT_DENOISE, takes_denoise
 
 from .settings import Settings
+
+if TYPE_CHECKING:  # annotations only: the engine is imported when the first one is built
+    from sr.inference import Upscaler
 
 log = logging.getLogger("sr.service")
 
@@ -46,8 +51,8 @@ class ModelHub:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._lock = threading.Lock()
-        self._engines: dict[str, Any] = {}
-        self._denoise_engines: OrderedDict[tuple[str, float], Any] = OrderedDict()  # LRU, bounded
+        self._engines: dict[str, Upscaler] = {}
+        self._denoise_engines: OrderedDict[tuple[str, float], Upscaler] = OrderedDict()  # LRU, bounded
         self.state = "loading"            # loading | ready | failed
         self.error: str | None = None
         self.loaded_event = threading.Event()
@@ -116,22 +121,22 @@ class ModelHub:
         offered = sorted([*families, *(f"{f}-x{s}" for f, scales in families.items() for s in scales)])
         raise UnknownModelError(f"unknown model {name!r}; available: {', '.join(offered) or 'none'}")
 
+    def request_model(self, family: str) -> str:
+        """The model a request for ``family`` names: the family, or for a served weights file its
+        file name (which, like any weights file, takes no denoise strength)."""
+        own_file = self._default_file is not None and family == self.default
+        return self._default_file.name if own_file else family
+
     def takes_denoise(self, family: str) -> bool:
         """Whether ``family`` accepts a denoise strength (photo and auto; not a served weights file)."""
-        own_file = self._default_file is not None and family == self.default
-        return not own_file and takes_denoise(family)
+        return takes_denoise(self.request_model(family))
 
     # --- engines ---------------------------------------------------------------------------
-    def engine(self, family: str, denoise: float | None = None) -> Any:
-        """The Upscaler for ``family`` at ``denoise`` (photo and auto; ValueError for other families),
-        built once; the engine itself loads weights lazily, thread-safe."""
-        if not self.takes_denoise(family):
-            if denoise is not None:
-                raise ValueError(f"denoise applies only to the models {' and '.join(DENOISE_MODELS)}, "
-                                 f"not {family!r}")
-            strength = None
-        else:
-            strength = check_denoise(family, denoise)
+    def engine(self, family: str, denoise: float | None = None) -> Upscaler:
+        """The Upscaler for ``family`` at ``denoise`` (a validated request's: photo and auto only; the
+        engine refuses it for other families), built once; the engine itself loads weights lazily,
+        thread-safe."""
+        strength = DEFAULT_DENOISE if denoise is None and self.takes_denoise(family) else denoise
         with self._lock:
             if strength is not None and strength != DEFAULT_DENOISE:
                 key = (family, strength)
@@ -149,7 +154,7 @@ class ModelHub:
                 self._engines[family] = up
             return up
 
-    def _build(self, family: str, denoise: float | None) -> Any:
+    def _build(self, family: str, denoise: float | None) -> Upscaler:
         from sr.inference import Upscaler
 
         s = self.settings
@@ -158,7 +163,7 @@ class ModelHub:
         return Upscaler(model=source, device=s.device, tile=s.tile, weights_dir=s.weights_dir,
                         threads=s.threads, denoise=denoise, precision=s.precision)
 
-    def load_default(self, calibrate: Callable[[Any], None] | None = None) -> None:
+    def load_default(self, calibrate: Callable[[Upscaler], None] | None = None) -> None:
         """Build the default engine and run a tiny image through every scale (loads and warms them);
         then ``calibrate(engine)`` (with preload), before the hub says ready."""
         try:

@@ -1,4 +1,7 @@
-"""One upscale job, run in a worker thread: decode -> engine -> encode, timed per stage.
+"""One upscale job: the client's form as an :class:`sr.request.UpscaleRequest` (:func:`form_request`,
+validated by the request itself, as the CLI's arguments are), its engine (:func:`engine_for`), its
+predicted work (:func:`plan_work`, the engine's own plan), the run in a worker thread (decode ->
+engine -> encode, timed per stage: :func:`run_job`) and the answer's headers (:func:`result_headers`).
 
 Errors are mapped to HTTP status codes here, in one table (:func:`http_error`), so every endpoint
 answers the same way for the same bad input.
@@ -15,15 +18,21 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
 
-from sr.inference import Upscaler
+from sr.inference import UpscaleError, Upscaler
 from sr.io import FORMATS, signatures, writable_format_for
 from sr.request import UpscaleRequest, same_format
 
+from .hub import ModelHub, UnknownModelError
 from .jobs import JobStopped, Work
+
+if TYPE_CHECKING:  # annotations only
+    import numpy as np
+
+    from sr.io import DecodedImage
 
 
 def request_formats() -> tuple[str, ...]:
@@ -48,25 +57,24 @@ class WorkLimitError(ValueError):
 
 @dataclass
 class JobRequest:
+    """One upload's job: its bytes, what it asks for (validated), and this server's limits on it."""
+
     data: bytes
-    scale: int | None
-    outscale: float | None
-    width: int | None
-    height: int | None
-    fmt: str
-    quality: int
-    budget_map: bool
+    request: UpscaleRequest  # size, format and quality, tta, budget map (model/denoise: the engine's)
     max_pixels: int
-    tta: bool = False
     budget_k_max: float | None = None  # heat-map scale: the model's k_max, so maps compare across images
     max_output_pixels: int | None = None
     max_work_pixels: int | None = None
     keep_budget_map: bool = False  # also return the budget map's colour levels with the image
-    should_stop: Callable[[], bool] | None = None  # polled between stages and by the engine
+    stop: threading.Event = field(default_factory=threading.Event)  # set when the request gives up
     # decode(data, max_pixels=...): the service's sandboxed decode (service/sandbox.py); None:
     # sr.io.read_image in this process
-    decode: Callable[..., Any] | None = None
+    decode: Callable[..., DecodedImage] | None = None
     submitted: float = field(default_factory=time.perf_counter)
+
+    def should_stop(self) -> bool:
+        """Whether to give up now: polled between stages, by the engine and by the decoder."""
+        return self.stop.is_set()
 
 
 @dataclass
@@ -78,10 +86,45 @@ class JobResult:
     size: tuple[int, int]     # output (width, height)
     timings_ms: dict[str, float]
     choice: str = ""          # model "auto": what it chose and why, e.g. "auto: photo (JPEG, quality ~72)"
-    budget_levels: Any = None  # keep_budget_map: uint8 (H, W) heat-map levels (sr.inference.budget_levels)
+    budget_levels: np.ndarray | None = None  # keep_budget_map: uint8 (H, W) heat-map levels
 
 
-def run_job(engine: Any, req: JobRequest) -> JobResult:
+def form_request(
+    hub: ModelHub, model: str | None, *, scale: int | None, outscale: float | None, width: int | None,
+    height: int | None, fmt: str, quality: int, budget_map: bool, tta: bool, denoise: float | None,
+) -> tuple[str, UpscaleRequest]:
+    """(family, the validated request) from an upload's form fields; HTTPException(422) saying why
+    not. The model is a catalogue name (photo-x2 implies scale 2); every other value is checked
+    by :meth:`UpscaleRequest.validate`, the check the CLI's arguments get, in the same words."""
+    try:
+        family, implied = hub.resolve(model)
+    except UnknownModelError as e:
+        raise HTTPException(422, detail=str(e)) from None
+    if implied is not None and scale is not None and scale != implied:
+        raise HTTPException(422, detail=f"model {model!r} is a x{implied} model but scale={scale} was asked")
+    request = UpscaleRequest(scale=scale if scale is not None else implied, outscale=outscale, width=width,
+                             height=height, model=hub.request_model(family), denoise=denoise, tta=tta,
+                             format=fmt, quality=quality, budget_map=budget_map)
+    try:
+        return family, request.validate()
+    except ValueError as e:
+        raise HTTPException(422, detail=str(e)) from None
+
+
+def engine_for(hub: ModelHub, family: str, request: UpscaleRequest) -> Upscaler:
+    """The family's engine at the request's denoise strength; 422 for a scale it lacks, 503 when a
+    listed model's file is unusable (the server's fault, not the client's)."""
+    try:
+        engine = hub.engine(family, request.denoise)
+    except UpscaleError as e:
+        raise HTTPException(503, detail=f"model {family} is unavailable: {e}") from None
+    if request.scale is not None and request.scale not in engine.scales:
+        raise HTTPException(422, detail=f"scale {request.scale} is not available for model {family} "
+                                        f"(available: {', '.join(map(str, engine.scales))})")
+    return engine
+
+
+def run_job(engine: Upscaler, req: JobRequest) -> JobResult:
     from sr.io import encode_image, read_image
 
     t0 = time.perf_counter()
@@ -93,21 +136,21 @@ def run_job(engine: Any, req: JobRequest) -> JobResult:
     t1 = time.perf_counter()
     # source: the upload's bytes, from which model "auto" tells lossy from lossless; quantize: the
     # output as 8/16-bit samples, what the encoder takes, without a full-size float32 copy
-    res = engine.upscale(img, scale=req.scale, outscale=req.outscale, width=req.width, height=req.height,
-                         with_budget_map=req.budget_map or req.keep_budget_map, tta=req.tta,
-                         should_stop=req.should_stop, source=req.data, quantize=True)
+    asked = req.request
+    res = engine.run(img, asked, budget_map=req.keep_budget_map, should_stop=req.should_stop, source=req.data,
+                     quantize=True)
     _check_stop(req)
     t2 = time.perf_counter()
-    if req.budget_map:
+    if asked.budget_map:
         if res.budget_map is None:
             raise NoBudgetMapError(f"model {res.model} has no adaptive attention blocks: no budget map")
         fmt, body = "png", heatmap_png(res.budget_map, req.budget_k_max)
     else:
-        fmt = output_format(req.fmt, img.format)
-        body = encode_image(res.image, format=fmt, quality=req.quality)
+        fmt = output_format(asked.format, img.format)
+        body = encode_image(res.image, format=fmt, quality=asked.quality)
     t3 = time.perf_counter()
     levels = None
-    if req.keep_budget_map and not req.budget_map and res.budget_map is not None:
+    if req.keep_budget_map and not asked.budget_map and res.budget_map is not None:
         from sr.inference.heatmap import budget_levels
 
         levels = budget_levels(res.budget_map, req.budget_k_max)
@@ -132,7 +175,7 @@ def run_preview(data: bytes, max_pixels: int) -> bytes:
 
 
 def _check_stop(req: JobRequest) -> None:
-    if req.should_stop is not None and req.should_stop():
+    if req.should_stop():
         raise JobStopped("job stopped: the request gave up")
 
 
@@ -144,8 +187,8 @@ def plan_work(engine: Upscaler, width: int, height: int, req: JobRequest) -> tup
     a bigger image costs more), times 8 with tta. Raises :class:`WorkLimitError` over the request's
     limits, and ``UpscaleError`` for arguments the engine refuses.
     """
-    plan = engine.plan(height, width, UpscaleRequest(scale=req.scale, outscale=req.outscale, width=req.width,
-                                                     height=req.height, tta=req.tta))
+    plan = engine.plan(height, width, req.request)
+    tta = req.request.tta
     out_h, out_w = plan.out_size
     asked = f"{out_w}x{out_h} output"
     if req.max_output_pixels is not None and out_w * out_h > req.max_output_pixels:
@@ -154,12 +197,12 @@ def plan_work(engine: Upscaler, width: int, height: int, req: JobRequest) -> tup
             f"{req.max_output_pixels / 1e6:.1f} (SR_MAX_OUTPUT_PIXELS); ask for a smaller scale, outscale, "
             "width or height")
     if req.max_work_pixels is not None and plan.work_pixels > req.max_work_pixels:
-        how = f"passes x{' x'.join(map(str, plan.passes))}" + (", x8 for tta" if req.tta else "")
+        how = f"passes x{' x'.join(map(str, plan.passes))}" + (", x8 for tta" if tta else "")
         raise WorkLimitError(
             f"{asked} needs {plan.work_pixels / 1e6:.1f} megapixels of network work ({how}), over this "
             f"server's limit of {req.max_work_pixels / 1e6:.1f} (SR_MAX_WORK_PIXELS); "
             "ask for a smaller output"
-            + (" or turn tta off" if req.tta else ""))
+            + (" or turn tta off" if tta else ""))
     work = Work(forwards=plan.tiles, tiled_mp=plan.tiled_pixels / 1e6,
                 io_mp=(width * height + out_w * out_h) / 1e6)
     return (out_w, out_h), work
@@ -182,11 +225,11 @@ class BudgetMapStore:
 
     def __init__(self, max_bytes: int = 64 * 2**20) -> None:
         self.max_bytes = max_bytes
-        self._maps: OrderedDict[str, tuple[Any, float | None]] = OrderedDict()
+        self._maps: OrderedDict[str, tuple[np.ndarray, float | None]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def put(self, levels: Any, k_max: float | None) -> str | None:
+    def put(self, levels: np.ndarray, k_max: float | None) -> str | None:
         if levels.nbytes > self.max_bytes:
             return None
         key = secrets.token_urlsafe(16)
@@ -198,12 +241,12 @@ class BudgetMapStore:
                 self._bytes -= old.nbytes
         return key
 
-    def get(self, key: str) -> tuple[Any, float | None] | None:
+    def get(self, key: str) -> tuple[np.ndarray, float | None] | None:
         with self._lock:
             return self._maps.get(key)
 
 
-def levels_png(levels: Any) -> bytes:
+def levels_png(levels: np.ndarray) -> bytes:
     """The heat-map PNG of kept levels: the same pixels as :func:`heatmap_png` of the map."""
     from PIL import Image
 
@@ -214,7 +257,7 @@ def levels_png(levels: Any) -> bytes:
     return buf.getvalue()
 
 
-def heatmap_png(budget_map: Any, k_max: float | None = None) -> bytes:
+def heatmap_png(budget_map: np.ndarray, k_max: float | None = None) -> bytes:
     from PIL import Image
 
     from sr.inference import budget_heatmap
@@ -222,6 +265,26 @@ def heatmap_png(budget_map: Any, k_max: float | None = None) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(budget_heatmap(budget_map, k_max), "RGB").save(buf, format="PNG")
     return buf.getvalue()
+
+
+def result_headers(result: JobResult, job: JobRequest, upload_name: str | None,
+                   timings_ms: dict[str, float]) -> dict[str, str]:
+    """The answer's headers: the download's name by the CLI's naming rule (sr.request: decided by
+    the request, e.g. width-only -> _w800), timings, the model that ran and the output's size."""
+    suffix = job.request.output_suffix(result.scale)
+    headers = {
+        "Content-Disposition": f'attachment; filename="{download_name(upload_name, suffix, result.fmt)}"',
+        "Server-Timing": ", ".join(f"{k};dur={v:.1f}" for k, v in timings_ms.items()),
+        "X-Model": result.model,
+        **({"X-Model-Choice": result.choice} if result.choice else {}),
+        "X-Scale": str(result.scale),
+        "X-Image-Size": f"{result.size[0]}x{result.size[1]}",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-store",
+    }
+    if job.request.budget_map and job.budget_k_max:
+        headers["X-Budget-Max"] = f"{job.budget_k_max:g}"  # the heat map's brightest colour
+    return headers
 
 
 def download_name(upload_name: str | None, suffix: str, ext: str) -> str:

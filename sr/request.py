@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import AUTO_MODEL, DEFAULT_MODEL, PHOTO_MODEL
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_TILE_OVERLAP",
     "DENOISE_MODELS",
     "PRECISIONS",
+    "RequestError",
     "UpscaleRequest",
     "parse_denoise",
     "same_format",
@@ -37,22 +39,32 @@ DENOISE_MODELS = (PHOTO_MODEL, AUTO_MODEL)
 DEFAULT_DENOISE = 1.0
 
 
-def parse_denoise(value: object) -> float:
-    """A denoise strength in [0, 1] from a number or its text; ValueError saying why otherwise."""
+class RequestError(ValueError):
+    """A request value that cannot be used. ``field``: the :class:`UpscaleRequest` field at fault
+    (the first one named when two conflict); the message names it as the caller's users do."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def parse_denoise(value: object, name: str = "denoise") -> float:
+    """A denoise strength in [0, 1] from a number or its text; RequestError saying why otherwise
+    (``name``: what the caller's users call the field)."""
+    bad = f"{name} must be a number from 0 to 1"
     if isinstance(value, bool):
-        raise ValueError(f"denoise must be a number from 0 to 1, got {value!r}")
+        raise RequestError("denoise", f"{bad}, got {value!r}")
     if isinstance(value, str):
         try:
             number = float(value.strip())
         except ValueError:
-            raise ValueError(f"denoise must be a number from 0 to 1, got {value!r}") from None
+            raise RequestError("denoise", f"{bad}, got {value!r}") from None
     elif isinstance(value, (int, float)):
         number = float(value)
     else:
-        raise ValueError(f"denoise must be a number from 0 to 1, got {value!r}")
+        raise RequestError("denoise", f"{bad}, got {value!r}")
     if not math.isfinite(number) or not 0 <= number <= 1:
-        raise ValueError(f"denoise must be a number from 0 to 1 (0 = {DEFAULT_MODEL}, 1 = {PHOTO_MODEL}), "
-                         f"got {value!r}")
+        raise RequestError("denoise", f"{bad} (0 = {DEFAULT_MODEL}, 1 = {PHOTO_MODEL}), got {value!r}")
     return number
 
 
@@ -79,36 +91,52 @@ class UpscaleRequest:
     budget_map: bool = False
     precision: str = "auto"
 
-    def validate(self) -> UpscaleRequest:
-        """This request when every value is usable; ValueError saying which one is not, and why."""
+    def validate(self, name: Callable[[str], str] = str) -> UpscaleRequest:
+        """This request when every value is usable; :class:`RequestError` saying which one is not,
+        and why. ``name``: how the caller's users call a field (the CLI passes ``--outscale`` for
+        ``outscale``; the service's form fields are the field names), so that the CLI and the
+        service refuse the same request with the same sentence."""
         if self.scale is not None and (
             isinstance(self.scale, bool) or not isinstance(self.scale, numbers.Integral) or self.scale < 1
         ):
-            raise ValueError(f"scale must be a positive integer, got {self.scale!r}")
+            raise RequestError("scale", f"{name('scale')} must be a positive integer, got {self.scale!r}")
         if self.outscale is not None and (self.width is not None or self.height is not None):
-            raise ValueError("give either outscale or width/height, not both")
+            raise RequestError("outscale", f"give either {name('outscale')} or "
+                                           f"{name('width')}/{name('height')}, not both")
         if self.outscale is not None and (
             isinstance(self.outscale, bool) or not isinstance(self.outscale, (int, float))
             or not (math.isfinite(self.outscale) and self.outscale > 0)
         ):
-            raise ValueError(f"outscale must be a number > 0, got {self.outscale!r}")
-        for name in ("width", "height"):
-            v = getattr(self, name)
+            raise RequestError("outscale", f"{name('outscale')} must be a number > 0, got {self.outscale!r}")
+        for field in ("width", "height"):
+            v = getattr(self, field)
             if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
-                raise ValueError(f"{name} must be a positive number of pixels, got {v!r}")
+                raise RequestError(field, f"{name(field)} must be a positive number of pixels, got {v!r}")
+        if not self._known_format():
+            raise RequestError("format", f"{name('format')} must be an output format or 'same', "
+                                         f"got {self.format!r}")
         if isinstance(self.quality, bool) or not isinstance(self.quality, numbers.Integral) \
                 or not 1 <= self.quality <= 100:
-            raise ValueError(f"quality must be 1-100, got {self.quality!r}")
+            raise RequestError("quality", f"{name('quality')} must be 1-100, got {self.quality!r}")
         if self.alpha_mode not in ALPHA_MODES:
-            raise ValueError(f"alpha mode must be one of {', '.join(ALPHA_MODES)}, got {self.alpha_mode!r}")
+            raise RequestError("alpha_mode", f"{name('alpha_mode')} must be one of "
+                                             f"{', '.join(ALPHA_MODES)}, got {self.alpha_mode!r}")
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+            raise RequestError("precision", f"{name('precision')} must be one of "
+                                            f"{', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.denoise is not None:
-            parse_denoise(self.denoise)
+            parse_denoise(self.denoise, name("denoise"))
             if not takes_denoise(self.model):
-                raise ValueError(f"denoise applies only to the models {' and '.join(DENOISE_MODELS)}, "
-                                 f"not {self.model!r}")
+                raise RequestError("denoise", f"{name('denoise')} applies only to the models "
+                                              f"{' and '.join(DENOISE_MODELS)}, not {self.model!r}")
         return self
+
+    def _known_format(self) -> bool:
+        # sr.io's format table only (no Pillow): the CLI checks arguments before heavy imports.
+        from .io.formats import writable_format_for
+
+        return self.format == "same" or (isinstance(self.format, str)
+                                         and writable_format_for(self.format) is not None)
 
     def output_suffix(self, model_scale: int) -> str:
         """What the output's name adds to the input's stem: ``_x2``, ``_x1.5``, ``_w800``, ``_h600``,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sr.request import UpscaleRequest, same_format, takes_denoise
+from sr.request import RequestError, UpscaleRequest, same_format, takes_denoise
 
 
 def test_a_plain_request_is_valid_and_frozen() -> None:
@@ -23,14 +23,38 @@ def test_a_plain_request_is_valid_and_frozen() -> None:
     ({"width": 0}, "width must be a positive number of pixels"),
     ({"height": 2.5}, "height must be a positive number of pixels"),
     ({"quality": 101}, "quality must be 1-100"),
-    ({"alpha_mode": "nearest"}, "alpha mode must be one of bicubic, model"),
+    ({"alpha_mode": "nearest"}, "alpha_mode must be one of bicubic, model"),
+    ({"format": "gif"}, "format must be an output format or 'same'"),
     ({"precision": "fp16"}, "precision must be one of auto, fp32, bf16"),
     ({"denoise": 2}, "denoise must be a number from 0 to 1"),
     ({"denoise": 0.5, "model": "asa-base"}, "denoise applies only to the models photo and auto"),
 ])
 def test_validation_names_the_bad_value(fields: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(RequestError, match=message) as e:
         UpscaleRequest(**fields).validate()
+    assert e.value.field in fields  # the field at fault, whatever the caller calls it
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"outscale": 2.0, "height": 10}, "give either --outscale or --width/--height, not both"),
+    ({"alpha_mode": "x"}, "--alpha-mode must be one of bicubic, model, got 'x'"),
+    ({"denoise": 0.5, "model": "asa-base"},
+     "--denoise applies only to the models photo and auto, not 'asa-base'"),
+    ({"denoise": -1, "model": "photo"}, "--denoise must be a number from 0 to 1"),
+])
+def test_validation_speaks_the_callers_names(fields: dict, message: str) -> None:
+    # The CLI renders a field as its flag; the message is otherwise the one the service sends.
+    with pytest.raises(RequestError) as e:
+        UpscaleRequest(**fields).validate(name=lambda f: "--" + f.replace("_", "-"))
+    assert str(e.value).startswith(message)
+    with pytest.raises(RequestError) as plain:
+        UpscaleRequest(**fields).validate()
+    assert str(plain.value) == str(e.value).replace("--alpha-mode", "alpha_mode").replace("--", "")
+
+
+def test_formats_by_either_name_or_same_are_valid() -> None:
+    for fmt in ("png", "jpg", "jpeg", "webp", "same"):
+        assert UpscaleRequest(format=fmt).validate()
 
 
 def test_denoise_goes_with_photo_and_auto_only() -> None:

@@ -310,8 +310,9 @@ def _store_bytes(job: Job, up: Upscaler, opts: BatchOptions) -> int:
         w, h = read_size(job.src, max_pixels=opts.max_pixels)
         with Image.open(job.src) as im:
             bands, mode = len(im.getbands()), im.mode
-        (out_h, out_w), _ = up.plan_size(h, w, scale=opts.scale, outscale=opts.outscale, width=opts.width,
-                                    height=opts.height)
+        r = opts.request
+        (out_h, out_w), _ = up.plan_size(h, w, scale=r.scale, outscale=r.outscale, width=r.width,
+                                         height=r.height)
     except Exception:  # noqa: BLE001 - the read stage gives this file's reason
         return 0
     channels = 1 if bands == 1 and mode != "P" else 4 if bands in (2, 4) or mode == "P" else 3
@@ -348,7 +349,7 @@ class Executor:
         family (every node's install has those)."""
         import ray
 
-        path = Path(self.opts.model).expanduser()
+        path = Path(self.opts.request.model).expanduser()
         if not path.is_file():
             return None
         try:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CLIError
-from ..request import UpscaleRequest
 from ..request import same_format as request_same_format
 from .options import BatchOptions
 
@@ -92,8 +91,7 @@ def collect_inputs(
 
 def default_suffix(opts: BatchOptions, default_scale: int) -> str:
     """The request's output suffix (sr.request.UpscaleRequest.output_suffix: the service's rule too)."""
-    return UpscaleRequest(scale=opts.scale, outscale=opts.outscale, width=opts.width,
-                          height=opts.height).output_suffix(default_scale)
+    return opts.request.output_suffix(default_scale)
 
 
 def plan_outputs(jobs: list[Job], outdir: Path, suffix: str, opts: BatchOptions) -> None:
@@ -109,7 +107,7 @@ def plan_outputs(jobs: list[Job], outdir: Path, suffix: str, opts: BatchOptions)
             continue
         video = is_video(job.src)
         extension = (output_suffix(job.src, opts.video_codec) if video
-                     else suffix_for(output_format(job, opts.format)))
+                     else suffix_for(output_format(job, opts.request.format)))
         job.out = outdir / job.rel.parent / f"{job.rel.stem}{suffix}{extension}"
         job.budget = (job.out.with_name(f"{job.out.stem}_budget.png")
                       if opts.save_budget_map and not video else None)

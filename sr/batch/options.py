@@ -1,8 +1,13 @@
 """What a batch run is asked to do: one typed, validated options object for both executors.
 
+What each image asks for (size, model and denoise, tta, alpha, format and quality, precision) is
+one :class:`sr.request.UpscaleRequest`, the type the service builds too, validated by its own
+:meth:`~sr.request.UpscaleRequest.validate`; the fields here are the batch's own (inputs, output
+folder, tiling, device, naming, existing outputs, videos, Ray).
+
 ``sr upscale`` builds it from its arguments (:meth:`BatchOptions.from_namespace`); Python callers
 build it directly. Every field has the command's default, so adding an option is one field here
-(plus its flag in :mod:`sr.commands.upscale`, and its use where the stages need it).
+or in the request (plus its flag in :mod:`sr.commands.upscale`, and its use where the stages need it).
 """
 
 from __future__ import annotations
@@ -12,42 +17,38 @@ from dataclasses import dataclass, fields, replace
 
 from .. import DEFAULT_CHOICE
 from ..errors import CLIError
-from ..inference import DEFAULT_TILE_OVERLAP
 from ..io import DEFAULT_MAX_PIXELS
+from ..request import DEFAULT_TILE_OVERLAP, UpscaleRequest
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+# The command's request when no flag changes it: model auto (the CLI's default), the rest as UpscaleRequest's.
+DEFAULT_REQUEST = UpscaleRequest(model=DEFAULT_CHOICE)
+
+
+def flag(field: str) -> str:
+    """The ``sr upscale`` flag of a request field (``alpha_mode`` -> ``--alpha-mode``): how the
+    request's messages name a field at the command line."""
+    return "--" + field.replace("_", "-")
 
 
 @dataclass(frozen=True)
 class BatchOptions:
     inputs: tuple[str, ...]
     output: str
+    request: UpscaleRequest = DEFAULT_REQUEST  # what every image asks for (its budget_map stays False)
     recursive: bool = False
-    model: str = DEFAULT_CHOICE
-    denoise: float | None = None
     verbose: bool = False
-    # output size: at most one of scale (model scale), outscale, width/height (the model's smallest
-    # scale when none is given)
-    scale: int | None = None
-    outscale: float | None = None
-    width: int | None = None
-    height: int | None = None
     tile: str = "auto"  # "auto", "0" (whole image) or input pixels, as typed
     tile_overlap: int = DEFAULT_TILE_OVERLAP
     device: str = "auto"
     threads: int | None = None
     attention_path: str = "auto"
-    precision: str = "auto"  # auto | fp32 | bf16 (sr.inference.precision)
     compile: bool = False
-    format: str = "png"  # a writable format's user name, or "same"
-    quality: int = 95
-    suffix: str | None = None  # None: _x<scale> and friends (default_suffix)
-    tta: bool = False
-    alpha_mode: str = "bicubic"
+    suffix: str | None = None  # None: the request's output_suffix (_x<scale> and friends)
     skip_existing: bool = False
     overwrite: bool = False
     dry_run: bool = False
-    save_budget_map: bool = False
+    save_budget_map: bool = False  # also write <output name>_budget.png next to each image
     max_pixels: int = DEFAULT_MAX_PIXELS
     # videos (sr.video): --video-codec, --crf (None: the codec's default), --frames A:B
     video_codec: str = "h264"
@@ -58,10 +59,12 @@ class BatchOptions:
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> BatchOptions:
-        """The options from parsed arguments named like the fields (others are ignored)."""
+        """The options from parsed arguments named like the fields of these options or of the
+        request (others are ignored)."""
+        asked = {f.name: getattr(args, f.name) for f in fields(UpscaleRequest) if hasattr(args, f.name)}
         given = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
         given["inputs"] = tuple(given["inputs"])
-        return cls(**given)
+        return cls(**given, request=replace(DEFAULT_REQUEST, **asked))
 
     @property
     def tile_size(self) -> int | str:
@@ -77,18 +80,15 @@ class BatchOptions:
         return value
 
     def checked(self) -> BatchOptions:
-        """These options once every value is known to be usable (CLIError naming the flag if not);
-        with ``ray`` the device is normalised, as the actors are given it by name."""
-        if self.outscale is not None and (self.width is not None or self.height is not None):
-            raise CLIError("give either --outscale or --width/--height, not both")
-        if self.outscale is not None and not (0 < self.outscale < float("inf")):
-            raise CLIError(f"--outscale must be a number > 0, got {self.outscale}")
-        for name in ("width", "height"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise CLIError(f"--{name} must be a positive number of pixels, got {v}")
-        if not 1 <= self.quality <= 100:
-            raise CLIError(f"--quality must be 1-100, got {self.quality}")
+        """These options once every value is known to be usable (CLIError naming the flag if not):
+        the request by its own :meth:`~sr.request.UpscaleRequest.validate`, then the batch's
+        fields; with ``ray`` the device is normalised, as the actors are given it by name."""
+        try:
+            self.request.validate(name=flag)
+        except ValueError as e:
+            raise CLIError(str(e)) from None
+        if self.request.budget_map:  # a batch writes images, and budget maps beside them
+            raise CLIError("a batch's request asks for images: use save_budget_map for budget maps")
         if self.max_pixels < 1:
             raise CLIError(f"--max-pixels must be positive, got {self.max_pixels}")
         if self.tile_overlap < 0:
@@ -99,12 +99,6 @@ class BatchOptions:
             raise CLIError("--suffix must not contain path separators")
         if self.skip_existing and self.overwrite:
             raise CLIError("give either --skip-existing or --overwrite, not both")
-        if self.denoise is not None:
-            from ..inference import DENOISE_MODELS, takes_denoise
-
-            if not takes_denoise(self.model):
-                raise CLIError(f"--denoise applies only to --model {' or '.join(DENOISE_MODELS)}, "
-                               f"not {self.model!r}")
         self._check_video()
         self.tile_size  # noqa: B018 - raises the --tile error now, before any work
         return self if self.ray is None else self._checked_ray()

@@ -46,8 +46,8 @@ def run_batch(opts: BatchOptions) -> int:
         # With Ray this one only checks the model and scale on the driver (weights load lazily, the
         # device is the actors'): the CPU is always there.
         up = make_upscaler(opts, device="cpu" if on_ray else None, threads=1 if on_ray else None)
-        if opts.scale is not None:
-            up.plan_size(1, 1, scale=opts.scale)  # checks that the model has this scale
+        if opts.request.scale is not None:
+            up.plan_size(1, 1, scale=opts.request.scale)  # checks that the model has this scale
     except UpscaleError as e:
         raise CLIError(str(e)) from None
     outdir = Path(opts.output).expanduser()

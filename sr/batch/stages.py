@@ -28,15 +28,17 @@ NO_BUDGET_MAPS = "sr upscale: the model has no adaptive attention: no budget map
 def make_upscaler(
     opts: BatchOptions, device: str | None = None, threads: int | None = None, model: str | Path | None = None
 ) -> Upscaler:
-    """The batch's ``Upscaler`` (built once per Ray actor too, from the same options). ``model``
-    overrides ``opts.model`` (a Ray actor's local copy of a user's weights file)."""
+    """The batch's ``Upscaler``: the request's model, denoise and precision, the batch's tiling and
+    device (built once per Ray actor too, from the same options). ``model`` overrides the request's
+    (a Ray actor's local copy of a user's weights file)."""
     from ..inference import Upscaler
 
-    return Upscaler(model if model is not None else opts.model, device=device or opts.device,
+    request = opts.request
+    return Upscaler(model if model is not None else request.model, device=device or opts.device,
                     tile=opts.tile_size, tile_overlap=opts.tile_overlap,
                     threads=threads if threads is not None else opts.threads,
-                    attention_path=opts.attention_path, compile=opts.compile, denoise=opts.denoise,
-                    precision=opts.precision)
+                    attention_path=opts.attention_path, compile=opts.compile, denoise=request.denoise,
+                    precision=request.precision)
 
 
 def read_input(job: Job, max_pixels: int) -> tuple[DecodedImage | None, str | None]:
@@ -75,10 +77,8 @@ def upscale_input(
     from ..inference import UpscaleError
 
     try:
-        result = up.upscale(image, scale=opts.scale, outscale=opts.outscale, width=opts.width,
-                            height=opts.height, alpha_mode=opts.alpha_mode,
-                            with_budget_map=opts.save_budget_map, tta=opts.tta, source=job.src,
-                            quantize=True, progress=progress)
+        result = up.run(image, opts.request, budget_map=opts.save_budget_map, source=job.src,
+                        quantize=True, progress=progress)
     except UpscaleError as e:
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - e.g. out of memory on a huge image: next file
@@ -93,7 +93,7 @@ def _output(result: UpscaleResult, job: Job, opts: BatchOptions, k_max: float | 
     if job.budget is not None and result.budget_map is not None:
         heat = budget_heatmap(result.budget_map, k_max)
     choice = result.choice
-    return Output(pack(result.image, flatten_alpha=output_format(job, opts.format) == "jpeg"), heat,
+    return Output(pack(result.image, flatten_alpha=output_format(job, opts.request.format) == "jpeg"), heat,
                   no_budget_map=job.budget is not None and result.budget_map is None, model=result.model,
                   chosen=choice.model if choice is not None else "",
                   choice=choice.describe() if choice is not None else "")
@@ -141,7 +141,8 @@ def write_output(job: Job, output: Output, opts: BatchOptions) -> Written:
         job.out.parent.mkdir(parents=True, exist_ok=True)
         if job.out.exists() and not (opts.overwrite or opts.skip_existing):
             raise FileExistsError(f"output {job.out} appeared meanwhile (use --overwrite)")
-        write_image(job.out, unpack(output.image), output_format(job, opts.format), opts.quality)
+        write_image(job.out, unpack(output.image), output_format(job, opts.request.format),
+                    opts.request.quality)
         if output.heat is not None:
             write_image(job.budget, DecodedImage(output.heat.astype(np.float32) / 255), "png")
     except (ImageError, OSError) as e:

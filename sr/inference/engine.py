@@ -551,6 +551,25 @@ class Upscaler:
                 maps.append(budget)
         return pixels, maps, names
 
+    def run(
+        self,
+        img: Any,
+        request: UpscaleRequest,
+        *,
+        budget_map: bool = False,
+        should_stop: StopCheck | None = None,
+        source: Source | None = None,
+        quantize: bool = False,
+        progress: ProgressFn | None = None,
+    ) -> UpscaleResult:
+        """:meth:`upscale` with a request's size, tta and alpha mode (its model, denoise and
+        precision are this engine's own). The budget map is computed when the request's output is
+        the map, or with ``budget_map`` (a batch's extra file, the service's kept map)."""
+        return self.upscale(img, scale=request.scale, outscale=request.outscale, width=request.width,
+                            height=request.height, alpha_mode=request.alpha_mode,
+                            with_budget_map=request.budget_map or budget_map, tta=request.tta,
+                            should_stop=should_stop, source=source, quantize=quantize, progress=progress)
+
     def upscale(
         self,
         img: Any,

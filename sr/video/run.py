@@ -67,8 +67,7 @@ def frame_upscaler(up: Upscaler, info: VideoInfo, opts: BatchOptions):  # noqa: 
     last = {}
 
     def run(rgb: np.ndarray) -> np.ndarray:
-        result = up.upscale(DecodedImage(rgb), scale=opts.scale, outscale=opts.outscale, width=opts.width,
-                            height=opts.height, tta=opts.tta, source=source, quantize=True)
+        result = up.run(DecodedImage(rgb), opts.request, source=source, quantize=True)
         last["result"] = result
         return result.image.pixels
 
@@ -78,10 +77,10 @@ def frame_upscaler(up: Upscaler, info: VideoInfo, opts: BatchOptions):  # noqa: 
 
 def _plan_key(info: VideoInfo, opts: BatchOptions, settings: VideoSettings, a: int, b: int,
               size: int) -> dict:
-    st = info.path.stat()
+    st, r = info.path.stat(), opts.request
     return {"input": str(info.path.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "model": str(opts.model), "denoise": opts.denoise, "scale": opts.scale, "outscale": opts.outscale,
-            "width": opts.width, "height": opts.height, "tta": opts.tta, "precision": opts.precision,
+            "model": str(r.model), "denoise": r.denoise, "scale": r.scale, "outscale": r.outscale,
+            "width": r.width, "height": r.height, "tta": r.tta, "precision": r.precision,
             "codec": settings.codec, "crf": settings.quality, "frames": [a, b], "segment": size}
 
 
@@ -102,7 +101,8 @@ def check_size(up: Upscaler, info: VideoInfo, opts: BatchOptions) -> None:
     from ..inference import UpscaleError
 
     try:
-        (h, w), _ = up.plan_size(info.height, info.width, opts.scale, opts.outscale, opts.width, opts.height)
+        r = opts.request
+        (h, w), _ = up.plan_size(info.height, info.width, r.scale, r.outscale, r.width, r.height)
     except UpscaleError as e:
         raise VideoError(str(e)) from None
     if h % 2 or w % 2:
@@ -154,10 +154,10 @@ def finish(plan: Plan) -> None:
 
 def result_of(up: Upscaler, plan: Plan, opts: BatchOptions, seconds: float, choice: object = None,
               model: str = "") -> VideoResult:
-    (oh, ow), _ = up.plan_size(plan.info.height, plan.info.width, opts.scale, opts.outscale, opts.width,
-                          opts.height)
+    r = opts.request
+    (oh, ow), _ = up.plan_size(plan.info.height, plan.info.width, r.scale, r.outscale, r.width, r.height)
     n = plan.b - plan.a
-    return VideoResult(frames=n, out_pixels=n * ow * oh, seconds=seconds, model=model or str(opts.model),
+    return VideoResult(frames=n, out_pixels=n * ow * oh, seconds=seconds, model=model or str(r.model),
                        choice=choice.describe() if choice is not None else "",
                        chosen=choice.model if choice is not None else "")
 

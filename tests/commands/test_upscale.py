@@ -522,7 +522,7 @@ def test_denoise_with_another_model_is_an_error(tmp_path, shipped, tiny, capsys)
     for model in ("asa-base", tiny):
         assert sr(str(tmp_path / "x.png"), "-o", str(tmp_path / "out"), "--model", model,
                   "--denoise", "0.5") == 2
-        assert "--denoise applies only to --model photo or auto" in capsys.readouterr().err
+        assert "--denoise applies only to the models photo and auto" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

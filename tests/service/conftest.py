@@ -64,25 +64,28 @@ def make_image() -> Callable[..., bytes]:
 
 class JobGate:
     """Stands in for sr.service.app.run_job: each job signals it started, then waits for release (a slow
-    model); ``job_changes`` are applied to the job before it really runs (e.g. tta=False)."""
+    model); ``request_changes`` are applied to the job's UpscaleRequest before it really runs (e.g.
+    tta=False: admitted as a tta job, run as a plain one)."""
 
-    def __init__(self, real: Callable, **job_changes: object) -> None:
+    def __init__(self, real: Callable, **request_changes: object) -> None:
         self.started, self.release = threading.Event(), threading.Event()
-        self.real, self.job_changes = real, job_changes
+        self.real, self.request_changes = real, request_changes
 
     def __call__(self, engine, job):
         self.started.set()
         self.release.wait(20)
-        return self.real(engine, dataclasses.replace(job, **self.job_changes) if self.job_changes else job)
+        if self.request_changes:
+            job = dataclasses.replace(job, request=dataclasses.replace(job.request, **self.request_changes))
+        return self.real(engine, job)
 
 
 @pytest.fixture
 def gate_jobs(monkeypatch: pytest.MonkeyPatch) -> Callable[..., JobGate]:
-    """gate_jobs(**job_changes) installs a JobGate in place of sr.service.app.run_job and returns it."""
+    """gate_jobs(**request_changes) installs a JobGate in place of sr.service.app.run_job and returns it."""
     import sr.service.app as service_app
 
-    def install(**job_changes: object) -> JobGate:
-        gate = JobGate(service_app.run_job, **job_changes)
+    def install(**request_changes: object) -> JobGate:
+        gate = JobGate(service_app.run_job, **request_changes)
         monkeypatch.setattr(service_app, "run_job", gate)
         return gate
 

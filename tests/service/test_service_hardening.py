@@ -376,7 +376,7 @@ def test_scale_spelt_as_a_float_and_repeated_fields(make_client, make_image) -> 
 def test_outscale_must_be_a_finite_number(make_client, make_image, value: str) -> None:
     r = _post(make_client(), make_image(), outscale=value)
     assert r.status_code == 422
-    assert r.json()["detail"] == "outscale: Input should be a finite number"
+    assert r.json()["detail"] == f"outscale must be a number > 0, got {float(value)!r}"
 
 
 # --- 8. offline docs ----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 
 from sr.batch import BatchOptions, run_batch
 from sr.batch.stages import make_upscaler
+from sr.request import UpscaleRequest
 from sr.video import VideoError
 from sr.video import segments as seg
 from sr.video.probe import probe
@@ -37,7 +38,8 @@ def _streams(path: Path) -> dict:
 
 
 def _opts(model: str | Path, out: Path, **kw) -> BatchOptions:
-    return BatchOptions(inputs=(), output=str(out), model=str(model), threads=1, **kw).checked()
+    return BatchOptions(inputs=(), output=str(out), request=UpscaleRequest(model=str(model)), threads=1,
+                        **kw).checked()
 
 
 def test_output_keeps_frames_times_audio_and_title(make_clip, tiny_x2, tmp_path) -> None:
@@ -139,7 +141,8 @@ def test_bad_videos_one_line_each_no_output_batch_goes_on(make_clip, tiny_x2, tm
         s.width, s.height, s.pix_fmt = 32, 32, "yuv420p"
     outdir = tmp_path / "out"
     inputs = [str(tmp_path / n) for n in ("text.mp4", "cut.mp4", "empty.mp4")] + [str(good)]
-    rc = run_batch(BatchOptions(inputs=tuple(inputs), output=str(outdir), model=str(tiny_x2), threads=1))
+    rc = run_batch(BatchOptions(inputs=tuple(inputs), output=str(outdir),
+                                request=UpscaleRequest(model=str(tiny_x2)), threads=1))
     assert rc == 1
     err = capsys.readouterr().err
     for name in ("text.mp4", "cut.mp4", "empty.mp4"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sr.batch import BatchOptions, run_batch
+from sr.request import UpscaleRequest
 from sr.video import segments as seg
 
 pytest.importorskip("av")
@@ -27,8 +28,9 @@ def test_ray_output_equals_local(make_clip, tiny_x2, tmp_path, local_ray, monkey
     src = make_clip(frames=7)
 
     def run(out: str, ray: str | None) -> int:
-        return run_batch(BatchOptions(inputs=(str(src),), output=str(tmp_path / out), model=str(tiny_x2),
-                                      threads=1, ray=ray, ray_actors=2 if ray is not None else None))
+        return run_batch(BatchOptions(inputs=(str(src),), output=str(tmp_path / out),
+                                      request=UpscaleRequest(model=str(tiny_x2)), threads=1, ray=ray,
+                                      ray_actors=2 if ray is not None else None))
 
     assert run("local", None) == 0
     assert run("ray", "") == 0
