@@ -35,7 +35,7 @@ from .ensemble import self_ensemble
 from .model_choice import AutoModel, ModelChoice, Source, check_denoise
 from .precision import PrecisionError, parse_precision, record_name, resolve_dtype
 from .resample import resize_to
-from .tiling import ProgressFn, TileFn, min_tile, plan_axis, run_tiled
+from .tiling import ProgressFn, TileFn, fastest_tile, min_tile, plan_axis, run_tiled
 
 MAX_PASSES = 8
 # A hard stop for absurd requests (1x1 -> outscale 1e5): the float32 output alone would not fit.
@@ -48,7 +48,23 @@ AUTO_TILE_MEMORY_FRACTION = {"cpu": 0.25, "mps": 0.25, "cuda": 0.5}
 # CPU: 512 px, not more. A 512 px tile of asa-base-x2 holds ~290 MB of fp32 activations (VmHWM, issue
 # 43), a 1024 px one ~1.2 GB; with 512 a 4000x3000 photo to x2 stays within 1 GB of peak RSS (input,
 # 8-bit output canvas, one band of tile rows, one tile), and the overlap recomputed costs ~3% more.
+# Within this bound the CPU's auto tile follows measured speed (CPU_TILE_COST below).
 AUTO_TILE_MAX = {"cpu": 512, "mps": 1024, "cuda": 2048}
+# CPU speed by tile size: the network's time per input pixel of a square tile, relative to the
+# fastest size, per precision, the mean over asa-base-x2, asa-base-x4 and photo-x2 of each model's
+# own ratios. Big tiles are slower per pixel (their activations fall out of the caches), small ones
+# recompute more overlap and pay more per-forward overhead; the auto tile takes the plan of least
+# estimated time (pixels x this cost, overlap and edge tiles included) within the memory bound.
+# Measured on the 2-core AMX Xeon beside two training runs, one thread, CPU time, medians of 3
+# interleaved rounds, each size over the same 512^2 photograph (bf16: two runs, fp32: one per model):
+#   python -m research.tile_speed --precision bf16 --rounds 3 --json bf16-1.json   (and bf16-2.json)
+#   python -m research.tile_speed --models asa-base-x2 --precision fp32 --rounds 3 --json fp32-a.json
+#   (the same for asa-base-x4 and photo-x2), then python -m research.tile_speed --merge *.json
+# Between runs single entries moved by up to ~0.1; 512 was the slowest in every run (1.2-1.3x).
+CPU_TILE_COST: dict[torch.dtype, dict[int, float]] = {
+    torch.bfloat16: {128: 1.053, 192: 1.057, 256: 1.001, 384: 1.049, 512: 1.208},
+    torch.float32: {128: 1.025, 192: 1.014, 256: 1.016, 384: 1.126, 512: 1.288},
+}
 # The static attention path scores every pooled region against every other (N^2 per tile), so its
 # auto tile stays smaller: 768 px at stride 2 and 4x4 regions is N = 2304, 21 MB of scores per image.
 AUTO_TILE_MAX_STATIC = 768
@@ -90,6 +106,7 @@ class Plan:
     tiles: int  # network forwards: the engine's tiles over all passes, x8 with tta
     tiled_pixels: int  # pixels those tiles output (overlaps counted twice), x8 with tta
     work_pixels: int  # pixels the network produces, summed over the passes, x8 with tta
+    tiles_side: tuple[int | None, ...] = ()  # per pass, the largest tile side its plan cuts (None: whole)
 
 
 @dataclass(frozen=True)
@@ -412,30 +429,40 @@ class Upscaler:
                                                 request.height)
         views = 8 if request.tta else 1
         tiles = tiled = work = 0
+        sides: list[int | None] = []
         ph, pw = h, w
         for s in passes:
             loaded = self._get(s)
             tile = self._tile_for(loaded, ph, pw)
+            sides.append(tile)
             rows = plan_axis(ph, tile, self.tile_overlap, loaded.align)
             cols = plan_axis(pw, tile, self.tile_overlap, loaded.align)
             tiles += len(rows) * len(cols)
             tiled += sum(b - a for a, b in rows) * sum(b - a for a, b in cols) * s * s
             ph, pw = ph * s, pw * s
             work += ph * pw
-        return Plan((out_h, out_w), tuple(passes), tiles * views, tiled * views, work * views)
+        return Plan((out_h, out_w), tuple(passes), tiles * views, tiled * views, work * views, tuple(sides))
+
+    def _auto_tile_limit(self, loaded: _Loaded) -> int:
+        """The largest tile side whose activations fit the auto tile's share of the free memory (and
+        the device's cap)."""
+        dtype_bytes = torch.finfo(loaded.dtype).bits // 8
+        per_px = ACTIVATION_BYTES_PER_CHANNEL_PX * loaded.channels * dtype_bytes
+        per_px += 3 * loaded.scale**2 * 4 * 2  # the tile's output and its weighted copy
+        budget = AUTO_TILE_MEMORY_FRACTION[self.device.type] * available_memory(self.device)
+        side = min(int(math.sqrt(max(budget, 0) / per_px)), AUTO_TILE_MAX[self.device.type])
+        if self.attention_path == "static":
+            side = min(side, AUTO_TILE_MAX_STATIC)
+        return side
 
     def _tile_for(self, loaded: _Loaded, h: int, w: int) -> int | None:
         if self.tile is None:
             return None
         if self.tile == "auto":
-            dtype_bytes = torch.finfo(loaded.dtype).bits // 8
-            per_px = ACTIVATION_BYTES_PER_CHANNEL_PX * loaded.channels * dtype_bytes
-            per_px += 3 * loaded.scale**2 * 4 * 2  # the tile's output and its weighted copy
-            budget = AUTO_TILE_MEMORY_FRACTION[self.device.type] * available_memory(self.device)
-            side = int(math.sqrt(max(budget, 0) / per_px))
-            side = min(side, AUTO_TILE_MAX[self.device.type])
-            if self.attention_path == "static":
-                side = min(side, AUTO_TILE_MAX_STATIC)
+            side = self._auto_tile_limit(loaded)
+            costs = CPU_TILE_COST.get(loaded.dtype) if self.device.type == "cpu" else None
+            if costs is not None:  # the fastest plan by measured speed, within the memory bound
+                return fastest_tile(h, w, side, self.tile_overlap, loaded.align, costs)
             if h <= side and w <= side:
                 return None  # the whole image fits: exact, and no overlap recomputed
             side = max(side // loaded.align * loaded.align, min_tile(self.tile_overlap, loaded.align))

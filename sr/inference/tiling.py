@@ -15,7 +15,8 @@ at a time: only a band of float32 rows is ever held, not a full-size float32 ima
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -66,6 +67,41 @@ def plan_axis(length: int, tile: int | None, overlap: int, align: int = 1) -> li
         lowest = _align_up(starts[-3] + size, align) if len(starts) > 2 else prev + align  # pairwise only
         starts[-1] = max(min(starts[-1], _align_up(length - size, align)), lowest, prev + align)
     return [(s, s + size) for s in starts[:-1]] + [(starts[-1], length)]
+
+
+def relative_cost(side: float, costs: Mapping[int, float]) -> float:
+    """A tile's time per pixel at ``side`` (the square root of its area), interpolated linearly in a
+    table of {tile side: time per pixel}; clamped to the table's ends outside it."""
+    sides = sorted(costs)
+    if side <= sides[0]:
+        return costs[sides[0]]
+    for a, b in zip(sides, sides[1:], strict=False):
+        if side <= b:
+            return costs[a] + (costs[b] - costs[a]) * (side - a) / (b - a)
+    return costs[sides[-1]]
+
+
+def plan_cost(
+    h: int, w: int, tile: int | None, overlap: int, align: int, costs: Mapping[int, float]
+) -> float:
+    """Estimated time of an h x w input cut into ``tile`` (None: whole): each tile's pixels times the
+    per-pixel cost of its size, so the recomputed overlap and the edge tiles count."""
+    rows, cols = plan_axis(h, tile, overlap, align), plan_axis(w, tile, overlap, align)
+    return sum((b - a) * (d - c) * relative_cost(math.sqrt((b - a) * (d - c)), costs)
+               for a, b in rows for c, d in cols)
+
+
+def fastest_tile(
+    h: int, w: int, limit: int, overlap: int, align: int, costs: Mapping[int, float]
+) -> int | None:
+    """The tile (None: the whole image) with the least :func:`plan_cost`, among the table's sizes
+    and ``limit`` itself (aligned down), none larger than ``limit`` (the memory bound)."""
+    floor = min_tile(overlap, align)
+    sizes = {max(t // align * align, floor) for t in (*costs, limit)}
+    candidates: list[int | None] = sorted((t for t in sizes if t <= max(limit, floor)), reverse=True)
+    if h <= limit and w <= limit:
+        candidates.insert(0, None)  # whole: exact, no seams; kept on a tie
+    return min(candidates, key=lambda t: plan_cost(h, w, t, overlap, align, costs))
 
 
 def axis_weights(spans: list[tuple[int, int]], i: int, scale: int, ramp: float = BLEND_RAMP) -> np.ndarray:

@@ -10,6 +10,7 @@ import torch
 
 from sr.inference import UpscaleError, Upscaler, choose_passes, list_models
 from sr.inference.resample import resize_to
+from sr.inference.tiling import min_tile
 from sr.io import DecodedImage
 
 
@@ -80,8 +81,44 @@ def test_auto_tile_follows_free_memory(tiny_x2, monkeypatch):
     tile = up._tile_for(loaded, 1000, 300)
     assert tile is not None and tile % loaded.align == 0 and 64 <= tile < 300
     monkeypatch.setattr(engine, "available_memory", lambda device: 64 * 2**30)
-    assert up._tile_for(loaded, 500, 300) is None  # fits whole: no tiling at all
-    assert up._tile_for(loaded, 5000, 300) == engine.AUTO_TILE_MAX["cpu"]
+    assert up._tile_for(loaded, 100, 80) is None  # fits whole: no tiling at all
+    assert up._auto_tile_limit(loaded) == engine.AUTO_TILE_MAX["cpu"]
+
+
+@pytest.mark.parametrize("free_mib", [16, 64, 256, 64 * 1024])
+def test_auto_tile_stays_within_the_memory_bound(tiny_x2, monkeypatch, free_mib):
+    import sr.inference.engine as engine
+
+    up = Upscaler(tiny_x2, device="cpu", tile="auto", threads=1)
+    loaded = up._get(2)
+    monkeypatch.setattr(engine, "available_memory", lambda device: free_mib * 2**20)
+    limit = up._auto_tile_limit(loaded)
+    for h, w in ((4000, 3000), (1000, 300), (700, 700)):
+        tile = up._tile_for(loaded, h, w)
+        assert (tile or max(h, w)) <= max(limit, min_tile(up.tile_overlap, loaded.align))
+        assert tile is None or tile % loaded.align == 0
+    # a table where the biggest tile is fastest: the memory bound is what stops it
+    monkeypatch.setitem(engine.CPU_TILE_COST, torch.float32, {128: 3.0, 512: 1.0})
+    assert up._tile_for(loaded, 4000, 3000) == max(limit // loaded.align * loaded.align,
+                                                   min_tile(up.tile_overlap, loaded.align))
+
+
+def test_auto_tile_picks_the_tables_fastest(tiny_x2, monkeypatch):
+    import sr.inference.engine as engine
+    from sr.inference.tiling import plan_cost
+
+    up = Upscaler(tiny_x2, device="cpu", tile="auto", threads=1)
+    loaded = up._get(2)
+    monkeypatch.setattr(engine, "available_memory", lambda device: 64 * 2**30)
+    shipped = engine.CPU_TILE_COST[torch.float32]
+    chosen = up._tile_for(loaded, 3000, 4000)
+    assert chosen in shipped  # the table's sizes are multiples of this model's grid
+    costs = {t: plan_cost(3000, 4000, t, up.tile_overlap, loaded.align, shipped) for t in shipped}
+    assert costs[chosen] == min(costs.values())
+    for best in (128, 256, 512):  # each size in turn made the cheapest by far: auto follows the table
+        table = {t: 1.0 if t == best else 2.0 for t in shipped}
+        monkeypatch.setitem(engine.CPU_TILE_COST, torch.float32, table)
+        assert up._tile_for(loaded, 3000, 4000) == best
 
 
 def test_out_of_memory_retries_with_half_the_tile(tiny_x2, monkeypatch):

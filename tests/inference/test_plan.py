@@ -40,3 +40,7 @@ def test_plan_counts_the_tiles_the_engine_runs(tiny_x2, monkeypatch, tile, h, w,
     assert plan.tiled_pixels == sum(a * b * 4 for a, b in forwards) * views  # tiny is x2: 4 out per in
     assert plan.work_pixels == views * sum(h * w * 4**(i + 1) for i in range(len(plan.passes)))
     assert plan.tiles > views or tile == 0
+    # each pass's tile side: no forward larger (None when a pass runs whole)
+    assert len(plan.tiles_side) == len(plan.passes)
+    assert tile == 0 or max(max(a, b) for a, b in forwards) <= max(t or 0 for t in plan.tiles_side)
+    assert all(t is None for t in plan.tiles_side) == (tile == 0)

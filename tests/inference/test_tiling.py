@@ -11,7 +11,15 @@ from skimage import data
 
 from sr.inference import Upscaler
 from sr.inference.engine import DEFAULT_TILE_OVERLAP
-from sr.inference.tiling import axis_weights, min_tile, plan_axis, run_tiled
+from sr.inference.tiling import (
+    axis_weights,
+    fastest_tile,
+    min_tile,
+    plan_axis,
+    plan_cost,
+    relative_cost,
+    run_tiled,
+)
 from sr.io import DecodedImage
 from sr.models import build_model
 from sr.resize import imresize
@@ -174,3 +182,36 @@ def test_progress_counts_every_tile():
     calls.clear()
     run_tiled(pixels, context_op, 2, None, 8, 8, progress=lambda done, total: calls.append((done, total)))
     assert calls == [(1, 1)]
+
+
+def test_relative_cost_interpolates_and_clamps():
+    costs = {128: 2.0, 256: 1.0, 512: 3.0}
+    assert relative_cost(192, costs) == pytest.approx(1.5)
+    assert relative_cost(384, costs) == pytest.approx(2.0)
+    assert relative_cost(64, costs) == 2.0 and relative_cost(1000, costs) == 3.0
+
+
+def test_plan_cost_counts_the_recomputed_overlap():
+    flat = {128: 1.0, 512: 1.0}
+    assert plan_cost(300, 200, None, 16, 8, flat) == 300 * 200
+    tiled = plan_cost(300, 200, 128, 16, 8, flat)
+    rows, cols = plan_axis(300, 128, 16, 8), plan_axis(200, 128, 16, 8)
+    assert tiled == sum((b - a) * (d - c) for a, b in rows for c, d in cols) > 300 * 200
+
+
+@pytest.mark.parametrize("limit", [40, 200, 300, 512])
+def test_fastest_tile_never_exceeds_the_limit_and_takes_the_cheapest(limit):
+    costs = {128: 1.3, 192: 1.1, 256: 1.0, 384: 1.2, 512: 1.6}
+    chosen = fastest_tile(3000, 2000, limit, 16, 8, costs)
+    assert chosen is not None and chosen <= max(limit, min_tile(16, 8)) and chosen % 8 == 0
+    allowed = [t for t in (*costs, limit // 8 * 8) if min_tile(16, 8) <= t <= limit] or [chosen]
+    assert plan_cost(3000, 2000, chosen, 16, 8, costs) == min(plan_cost(3000, 2000, t, 16, 8, costs)
+                                                              for t in allowed)
+    if limit == 512:
+        assert chosen == 256  # the cheapest per pixel, and its overlap share is small here
+
+
+def test_fastest_tile_keeps_a_small_image_whole():
+    costs = {128: 1.3, 256: 1.0, 512: 1.6}
+    assert fastest_tile(200, 150, 512, 16, 8, costs) is None
+    assert fastest_tile(200, 150, 100, 16, 8, costs) is not None  # memory says no
