@@ -112,15 +112,18 @@ def form_request(
 
 
 def engine_for(hub: ModelHub, family: str, request: UpscaleRequest) -> Upscaler:
-    """The family's engine at the request's denoise strength; 422 for a scale it lacks, 503 when a
-    listed model's file is unusable (the server's fault, not the client's)."""
+    """The family's engine at the request's denoise strength; 422 for a scale it lacks (the engine's
+    words, as ``sr upscale`` says them), 503 when a listed model's file is unusable (the server's
+    fault, not the client's)."""
     try:
         engine = hub.engine(family, request.denoise)
     except UpscaleError as e:
         raise HTTPException(503, detail=f"model {family} is unavailable: {e}") from None
-    if request.scale is not None and request.scale not in engine.scales:
-        raise HTTPException(422, detail=f"scale {request.scale} is not available for model {family} "
-                                        f"(available: {', '.join(map(str, engine.scales))})")
+    if request.scale is not None:
+        try:
+            engine.plan_size(1, 1, scale=request.scale)  # before the upload is read, as the CLI checks it
+        except UpscaleError as e:
+            raise HTTPException(422, detail=str(e)) from None
     return engine
 
 

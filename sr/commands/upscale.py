@@ -1,6 +1,7 @@
 """``sr upscale INPUT... -o OUTDIR``: the command line of :mod:`sr.batch`.
 
-The arguments become a :class:`sr.batch.BatchOptions` (one field per flag, by name) and
+The arguments become a :class:`sr.batch.BatchOptions` (one field per flag, by name: what each image
+asks for in its :class:`sr.request.UpscaleRequest`, the rest the batch's own) and
 :func:`sr.batch.run_batch` does the rest: listing, planning, the output folder's check, then the local
 threads or, with ``--ray [ADDRESS]``, Ray Data (docs/cluster.md).
 """

@@ -195,7 +195,7 @@ def test_415_not_an_image_and_animated(make_client) -> None:
 @pytest.mark.parametrize("fields, needle", [
     ({"model": "nope"}, "unknown model 'nope'; available: asa-small, asa-small-x2, asa-small-x3"),
     ({"model": "../../etc/passwd"}, "unknown model"),
-    ({"scale": 4}, "scale 4 is not available for model asa-small (available: 2, 3)"),
+    ({"scale": 4}, "scale 4 is not available for model 'asa-small' (available: 2, 3); use outscale"),
     ({"scale": "two"}, "scale: Input should be a valid integer"),
     ({"model": "asa-small-x2", "scale": 3}, "x2 model but scale=3"),
     ({"outscale": 0}, "outscale must be a number > 0, got 0.0"),

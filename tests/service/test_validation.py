@@ -61,3 +61,21 @@ def _cli(make_image, tmp_path: Path, capsys, fields: dict) -> tuple[int, str]:
     except SystemExit as e:  # argparse's own refusals
         code = e.code
     return code, capsys.readouterr().err.strip()
+
+
+def test_a_scale_the_model_lacks_gets_the_engines_sentence_from_both(
+    make_client, make_image, weights_dir: Path, tmp_path: Path, capsys
+) -> None:
+    # Known only once the model is: the engine's plan_size says it, before any upload is read or
+    # any output folder is made.
+    weights = str(weights_dir / "asa-small-x2.safetensors")
+    r = make_client(model=weights).post("/v1/upscale", files={"file": ("a.png", make_image(20, 10))},
+                                        data={"scale": "3"})
+    assert r.status_code == 422
+    (tmp_path / "a.png").write_bytes(make_image(20, 10))
+    code = main(["upscale", str(tmp_path / "a.png"), "-o", str(tmp_path / "out"), "--model", weights,
+                 "--scale", "3"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == f"sr upscale: error: {r.json()['detail']}"
+    assert "scale 3 is not available for model 'asa-small-x2' (available: 2)" in err
+    assert not (tmp_path / "out").exists()
