@@ -33,12 +33,12 @@ def collections(train_data: str | None) -> list[str]:
     return [PurePosixPath(str(p).replace("\\", "/")).name for p in paths] if isinstance(paths, list) else []
 
 
-def summary(train_data: str | None, most: int | None = None) -> str:
-    """The conditions this data puts on use, most restrictive first, each with whose they are (the
-    first ``most`` of them; all when None)."""
+def conditions(train_data: str | None) -> list[str]:
+    """The conditions this data puts on use, most restrictive first, each with whose they are:
+    ``["non-commercial research only (PolyU)", "academic research (DIV2K)", ...]``."""
     names = collections(train_data)
     if not names:
-        return "unknown: the file does not record its training data"
+        return ["unknown: the file does not record its training data"]
     unknown = [n for n in names if n not in COLLECTIONS]
     parts = []
     for terms in ORDER:
@@ -48,5 +48,5 @@ def summary(train_data: str | None, most: int | None = None) -> str:
     if unknown:
         parts.insert(0, f"unknown terms ({', '.join(unknown)})")
     if not parts:
-        return "no conditions from the training data (" + ", ".join(COLLECTIONS[n][1] for n in names) + ")"
-    return "; ".join(parts[:most])
+        return ["no conditions from the training data (" + ", ".join(COLLECTIONS[n][1] for n in names) + ")"]
+    return parts

@@ -7,14 +7,24 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from .. import terms, weights
 from ..descriptor import ModelDescriptor
 from ..descriptor import preset_of as preset_of  # moved there; tests and callers import it from here
 from ..errors import CLIError
+from ..models import PRESETS, NetConfig, SRNet, build_model, count_macs, count_params, parse_name
+from ..models.attention import get_attention
+from ..weights import (
+    WeightsError,
+    catalog,
+    find_models,
+    loaded,
+    resolve_weights,
+    shipped_models,
+)
+from ..weights import describe as describe_weights
 
-if TYPE_CHECKING:
-    from ..models import NetConfig, SRNet
+# Imports are at the top: the descriptor already imports torch, so none of them adds start-up time.
 
 # Weights metadata shown in this order under readable labels; the rest is listed as-is.
 META_FIELDS = {
@@ -60,8 +70,6 @@ def parse_size(text: str) -> tuple[int, int]:
 
 def attention_summary(cfg: NetConfig) -> str:
     """'adaptive (region=4, ...)': the kind and the options it uses, as its registration names them."""
-    from ..models.attention import get_attention
-
     try:
         variant = get_attention(cfg.attention)
         defaults, shown = variant.defaults, variant.summary
@@ -73,8 +81,6 @@ def attention_summary(cfg: NetConfig) -> str:
 
 
 def _macs_line(model: SRNet, hw: tuple[int, int]) -> str:
-    from ..models import count_macs
-
     s = model.scale
     h, w = hw[0] // s, hw[1] // s
     macs = count_macs(model, hw)
@@ -83,8 +89,6 @@ def _macs_line(model: SRNet, hw: tuple[int, int]) -> str:
 
 def load_all(name: str) -> list[ModelDescriptor]:
     """A shipped family's models (network loaded), smallest scale first; else :func:`load`'s one."""
-    from ..weights import WeightsError, find_models, loaded
-
     if not name.endswith(".safetensors") and not Path(name).exists():
         try:
             _, found = find_models(name)
@@ -101,9 +105,6 @@ def load_all(name: str) -> list[ModelDescriptor]:
 def load(name: str) -> ModelDescriptor:
     """The descriptor (network loaded) of a weights path or shipped name, else of a preset name
     (random weights, no metadata)."""
-    from ..models import PRESETS, build_model, parse_name
-    from ..weights import WeightsError, describe, loaded, resolve_weights, shipped_models
-
     path_like = name.endswith(".safetensors") or Path(name).exists()
     try:
         path = resolve_weights(name)
@@ -121,7 +122,7 @@ def load(name: str) -> ModelDescriptor:
             ) from None
         return ModelDescriptor.from_net(build_model(name).eval(), name)
     try:
-        return loaded(describe(path))
+        return loaded(describe_weights(path))
     except WeightsError as e:
         raise CLIError(str(e)) from None
 
@@ -135,9 +136,6 @@ def _validation(text: str) -> str:
 
 
 def describe(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]]:
-    from ..models import count_params
-    from ..weights import loaded
-
     model, meta, path = loaded(desc).net, desc.meta, desc.path
     cfg = model.cfg
     n_attn = cfg.blocks // cfg.attn_every if cfg.attention != "none" else 0
@@ -187,16 +185,11 @@ def probe_size(hw: tuple[int, int], scale: int) -> tuple[int, int]:
 
 def estimated_macs(model: SRNet, hw: tuple[int, int]) -> float:
     """MACs for an ``hw`` output, counted at :func:`probe_size` and scaled by the area."""
-    from ..models import count_macs
-
     probe = probe_size(hw, model.scale)
     return count_macs(model, probe) * (hw[0] * hw[1]) / (probe[0] * probe[1])
 
 
 def table_all(hw: tuple[int, int]) -> list[list[str]]:
-    from ..models import PRESETS, build_model, count_params
-    from ..weights import catalog
-
     shipped: dict[str, list[str]] = {}  # "<preset>-x<scale>" -> the shipped files of that network
     for d in catalog():
         tag = f"{d.name} (experimental)" if d.meta.get("experimental") else d.name
@@ -217,16 +210,14 @@ def table_all(hw: tuple[int, int]) -> list[list[str]]:
 def shipped_lines() -> list[str]:
     """The shipped models by family: scales, params, one PSNR line and the data's terms, from the
     files' metadata alone (no network is built: fast)."""
-    from .. import terms
-    from ..weights import WEIGHTS_DIR, catalog
-
     families: dict[str, list[ModelDescriptor]] = {}
     for desc in catalog():
         families.setdefault(desc.family, []).append(desc)
     if not families:
-        return [f"no shipped models in {WEIGHTS_DIR}"]
-    lines = [f"shipped models ({WEIGHTS_DIR}); sr info NAME for one in full, --all for every preset;",
-             f"what the terms mean for you: the model card, {WEIGHTS_DIR / 'README.md'}, Licence and terms"]
+        return [f"no shipped models in {weights.WEIGHTS_DIR}"]
+    folder = weights.WEIGHTS_DIR
+    lines = [f"shipped models ({folder}); sr info NAME for one in full, --all for every preset;",
+             f"what the terms mean for you: the model card, {folder / 'README.md'}, Licence and terms"]
     width = max(len(f) for f in families)
     for family, descs in sorted(families.items()):
         descs.sort(key=lambda d: d.scale)
@@ -240,8 +231,14 @@ def shipped_lines() -> list[str]:
         lines += [f"{family:<{width}}  {scales}, {count} params" + (" (experimental)" if note else ""),
                   *([f"{pad}  experimental: {note}"] if note else []),
                   f"{pad}  PSNR {_psnr_line(descs)}",
-                  f"{pad}  terms: {terms.summary(json.dumps(data), most=2)}"]
+                  *_terms_lines(data, pad)]
     return lines
+
+
+def _terms_lines(train_data: list[str], pad: str) -> list[str]:
+    """Every condition the training data puts on use, one a line, most restrictive first."""
+    first, *rest = terms.conditions(json.dumps(train_data))
+    return [f"{pad}  terms: {first}", *(f"{pad}         {c}" for c in rest)]
 
 
 def _psnr_line(descs: list[ModelDescriptor]) -> str:

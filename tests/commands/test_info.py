@@ -162,9 +162,28 @@ def test_no_argument_lists_the_shipped_families_from_metadata_alone(
     assert header[1].endswith(f"{tmp_path / 'README.md'}, Licence and terms")
     assert lines[0].startswith("mine  x2 / x4, ") and lines[0].endswith(" M params")
     assert lines[1].strip() == "PSNR Set5 32.00 / 34.00 dB (x2 / x4)"
-    assert lines[2].strip() == ("terms: non-commercial research only (PolyU); "
-                                "not stated at the source (BSD200, T91, Kodak24, McMaster)")
+    assert lines[2].strip() == "terms: non-commercial research only (PolyU)"
+    assert lines[3].strip() == "not stated at the source (BSD200, T91, Kodak24, McMaster)"
+    assert lines[3].index("not") == lines[2].index("non")  # aligned under the first condition
     assert "asa-small" not in out  # untrained presets: only with --all
+
+
+def test_every_condition_is_listed_div2k_included(
+    capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sr.weights
+
+    data = json.dumps([f"../shared/datasets/{d}" for d in (
+        "train", "train-extra/polyu_half", "train-extra/sunhays80_half", "train-extra/bsds500test",
+        "train-extra/div2k_gray")])
+    save_weights(build_model("asa-small-x2"), tmp_path / "mine-x2.safetensors", train_data=data)
+    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
+    code, out, _ = _info(capsys)
+    assert code == 0
+    listed = [line.strip().removeprefix("terms: ") for line in out.splitlines()[4:]]
+    assert listed == ["non-commercial research only (PolyU)", "no licence stated (Sun-Hays 80)",
+                      "academic research (DIV2K)", "research use (BSDS500)",
+                      "not stated at the source (BSD200, T91, Kodak24, McMaster)"]
 
 
 def test_a_family_name_shows_each_scale(capsys: pytest.CaptureFixture, tmp_path: Path,
