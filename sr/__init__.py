@@ -17,3 +17,12 @@ NEAR_LOSSLESS_QUALITY = 94
 # What `sr upscale`, `sr serve` and `Upscaler()` use when no model is named: auto, since on every
 # measured set it equals DEFAULT_MODEL on lossless files and beats it on lossy ones (docs/photo.md).
 DEFAULT_CHOICE = AUTO_MODEL
+
+__all__ = [
+    "AUTO_MODEL",
+    "DEFAULT_CHOICE",
+    "DEFAULT_MODEL",
+    "NEAR_LOSSLESS_QUALITY",
+    "PHOTO_MODEL",
+    "__version__",
+]

@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import CLIError
+from ..inference.devices import DeviceError, resolve_device
 from ..models.attention import (
     AdaptiveSparseAttention,
     AttentionBranch,
@@ -56,6 +57,7 @@ from ..models.attention import (
 )
 from ..models.attention.common import merge_heads, split_heads
 from ..tooling import comma_choices, set_threads, write_json
+from ..weights import WeightsError, load_model
 
 METHODS = ("dense-textbook", "dense-sdpa", "window", "topk", "adaptive-b4", "adaptive-b2")
 # Method -> (registered attention kind, block index, options), built through the registry as the
@@ -246,9 +248,7 @@ class PhotoFeatures:
     """A photograph's features at the first attention block of a trained model, by map side."""
 
     def __init__(self, model_name: str, device: torch.device) -> None:
-        from skimage import data
-
-        from ..weights import WeightsError, load_model
+        from skimage import data  # a test-data package: only this feature needs it
 
         try:
             model = load_model(model_name).net
@@ -495,8 +495,6 @@ def checks(rows: list[Row]) -> dict:
 
 def pick_device(name: str) -> torch.device:
     """CPU or CUDA (what the memory measurement supports), resolved like the engine's devices."""
-    from ..inference.devices import DeviceError, resolve_device
-
     try:
         device = resolve_device(name)
     except DeviceError as e:

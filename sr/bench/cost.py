@@ -36,6 +36,8 @@ import torch
 from torch import nn
 
 from ..errors import CLIError
+from ..inference.engine import UpscaleError, Upscaler
+from ..inference.precision import DTYPES
 from ..models.attention import AttentionBranch
 from ..tooling import set_threads, write_json
 from .attention import Clock, run_config
@@ -214,9 +216,6 @@ def _names(text: str, what: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..inference.engine import UpscaleError, Upscaler
-    from ..inference.precision import DTYPES
-
     precisions = _names(args.precision, "precision")
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad:

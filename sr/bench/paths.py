@@ -16,8 +16,18 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from ..errors import CLIError
+from ..evaluation import list_images
+from ..inference.devices import configure_threads, resolve_device
+from ..inference.onnx_export import OnnxNet, OnnxUnavailable, export_onnx
+from ..io import read_image
+from ..metrics import float_psnr
+from ..models import set_attention_path
 from ..tooling import comma_choices
+from ..weights import WeightsError, load_model
 from .attention import Clock, add_timing_arguments
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,15 +49,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-    import torch
-
-    from ..evaluation import list_images
-    from ..inference.devices import configure_threads, resolve_device
-    from ..io import read_image
-    from ..metrics import float_psnr
-    from ..weights import WeightsError, load_model
-
     paths = comma_choices(args.paths, PATHS, "path(s)")
     if args.rounds < 1:
         raise CLIError("--rounds must be >= 1")
@@ -85,8 +86,6 @@ def run(args: argparse.Namespace) -> int:
             compiled = torch.compile(net, dynamic=True)
             runners[path] = _torch_runner(compiled, "static", device, set_on=net)
         else:
-            from ..inference.onnx_export import OnnxNet, OnnxUnavailable, export_onnx
-
             try:
                 file = args.onnx_file
                 if file is None:
@@ -125,10 +124,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _torch_runner(net, path: str, device, set_on=None):
-    import torch
-
-    from ..models import set_attention_path
-
     def fn(x):
         set_attention_path(set_on if set_on is not None else net, path)  # the paths share one network
         with torch.inference_mode():

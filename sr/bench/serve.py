@@ -40,6 +40,9 @@ from typing import Any
 from .. import DEFAULT_MODEL
 from ..errors import CLIError
 
+# The load test is a client: torch (models, weights) is imported only where tiny test weights are
+# made, so a load test against a running service never imports it.
+
 MAX_REQUESTS = 10_000
 MAX_CONCURRENCY = 64
 MAX_SOAK_MINUTES = 120

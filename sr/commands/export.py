@@ -25,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="hardware note for the metadata (default: what the checkpoint recorded training on)")
 
 
+# run imports the export modules (torch) itself: `sr export` with bad arguments fails in 0.1 s.
 def run(args: argparse.Namespace) -> int:
     if args.onnx:
         return _run_onnx(args)

@@ -116,6 +116,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # imported here, not at the top: argument errors are decided before torch is imported
     from ..batch import BatchOptions, run_batch
 
     return run_batch(BatchOptions.from_namespace(args))

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..inference.ensemble import self_ensemble
 from ..io import listed_suffixes, read_array
 from ..metrics import psnr, rgb_to_y, ssim
 from ..resize import imresize, modcrop
@@ -160,8 +161,6 @@ def model_upscaler(
     ``dtype``: what the input is cast to (the model must already be in it); fp32 is the protocol,
     bf16 measures what running in bf16 costs.
     """
-    from ..inference.ensemble import self_ensemble
-
     @torch.inference_mode()
     def run(lr: np.ndarray) -> np.ndarray:
         # torch.tensor copies: decoded images are often read-only arrays, which from_numpy warns about
