@@ -143,22 +143,16 @@ class AttentionTimer:
 
 
 def _load(name: str):
-    from sr.models.attention import AdaptiveSparseAttention
     from sr.weights import WeightsError, load_model
 
     try:
         desc = load_model(name)
     except WeightsError as e:
         raise CLIError(str(e)) from None
-    blocks = [m for m in desc.net.modules() if isinstance(m, AdaptiveSparseAttention)]
+    blocks = desc.net.adaptive_blocks()
     if not blocks:
         raise CLIError(f"{name} has no adaptive attention: there is no budget to measure")
     return desc.net.eval(), blocks, desc
-
-
-def _set_budget(blocks, budget: float) -> None:
-    for block in blocks:
-        block.set_budget(budget)
 
 
 def _upscale(
@@ -226,13 +220,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         for path in paths:
             hr, lr = load_rgb_pair(path, scale)
-            _set_budget(blocks, budget)
+            model.set_attention_budget(budget)
             sr, bmap, t_full, routes = _upscale(model, lr, args.rounds, timer)
             energy = gradient_energy(lr)
             n, rho, share = allocation(bmap, energy, args.block)
-            _set_budget(blocks, budget / 2)
+            model.set_attention_budget(budget / 2)
             sr_half, _, t_half, _ = _upscale(model, lr, args.rounds, timer)
-            _set_budget(blocks, 0.0)
+            model.set_attention_budget(0.0)
             sr_off, _, _, _ = _upscale(model, lr, 1, None)
             scores = [psnr(s.astype(np.float64), hr, scale, "y") for s in (sr, sr_half, sr_off)]
             own, near, dist = route_locality(routes)
@@ -248,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
                 _figure(args.figure, lr, bmap, energy, k_max)
     finally:
         timer.close()
-        _set_budget(blocks, budget)
+        model.set_attention_budget(budget)
 
     def mean(field: str) -> float:
         values = [getattr(r, field) for r in results if not math.isnan(getattr(r, field))]
