@@ -47,9 +47,11 @@ class BudgetGate(nn.Module):
         nn.init.normal_(self.net[-1].weight, std=0.02)
         nn.init.constant_(self.net[-1].bias, 0.5413)  # softplus(0.5413) = 1
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mean: torch.Tensor | None = None) -> torch.Tensor:
+        """``mean``: x's region means, ``F.avg_pool2d(x.float(), region)``, where the caller has them."""
         x = x.float()  # statistics in fp32: E[x^2] - E[x]^2 cancels badly in half precision
-        mean = F.avg_pool2d(x, self.region)  # (B, C, Hr, Wr)
+        if mean is None:
+            mean = F.avg_pool2d(x, self.region)  # (B, C, Hr, Wr)
         var = (F.avg_pool2d(x * x, self.region) - mean * mean).clamp_min(0)
         stats = torch.cat([mean, var], 1).to(self.net[0].weight.dtype)  # a no-op for fp32 weights
         score = F.softplus(self.net(stats).float())  # (B, 1, Hr, Wr), > 0
@@ -92,12 +94,14 @@ class AdaptiveSparseAttention(AttentionBranch):
         """Retarget the mean budget (0 = attention skipped everywhere); k_min follows it down."""
         self.budget, self.k_min = float(budget), min(self.k_min, int(budget))
 
-    def allocate(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        """Continuous per-region k: (B, 1, Hr, Wr) in [k_min, min(k_max, N)], mean ~ budget."""
+    def allocate(self, x: torch.Tensor, n: int, mean: torch.Tensor | None = None) -> torch.Tensor:
+        """Continuous per-region k: (B, 1, Hr, Wr) in [k_min, min(k_max, N)], mean ~ budget.
+
+        ``mean``: x's fp32 region means where the caller has them (inference shares them with routing)."""
         # sym_min: with symbolic sizes (torch.compile, ONNX export) no guard on N >= k_max
         k_max = torch.sym_min(self.k_max, n)
         budget = torch.sym_min(self.budget, k_max)
-        score = self.gate(x)
+        score = self.gate(x, mean)
         k = budget * score / score.mean(dim=(2, 3), keepdim=True).clamp_min(1e-20)
         # Water-filling: what regions lose to the k_max cap goes back to the others, keeping the mean.
         for _ in range(2):
@@ -147,8 +151,10 @@ class AdaptiveSparseAttention(AttentionBranch):
         p = self.region
         q, k, v, xp = (pad_to_multiple(t, p, always=True)[0] for t in (q, k, v, x))
         n = (q.shape[-2] // p) * (q.shape[-1] // p)
-        k_map = (self.allocate(xp, n) + 0.5).floor()  # the tiered path's integer budgets, (B, 1, Hr, Wr)
-        out = static_routed_attention(q, k, v, self.pooled_qk(xp, p), k_map.flatten(1), self.k_max,
+        xf = xp.float()  # one fp32 copy and one pooling serve the gate's statistics and the routing
+        pooled = F.avg_pool2d(xf, p)
+        k_map = (self.allocate(xf, n, pooled) + 0.5).floor()  # the tiered path's integer budgets
+        out = static_routed_attention(q, k, v, self.pooled_qk(xf, p, pooled), k_map.flatten(1), self.k_max,
                                       self.heads, p, own_first=self.own_first)
         return out, k_map
 
@@ -158,7 +164,9 @@ class AdaptiveSparseAttention(AttentionBranch):
         # Padding each tensor separately equals padding their concatenation, without the copy.
         q, k, v, xp = (pad_to_multiple(t, p)[0] for t in (q, k, v, x))
         n = (q.shape[-2] // p) * (q.shape[-1] // p)
-        k_map = (self.allocate(xp, n) + 0.5).floor()  # hard integer budgets, (B, 1, Hr, Wr)
+        xf = xp.float()  # one fp32 copy and one pooling serve the gate's statistics and the routing
+        pooled = F.avg_pool2d(xf, p)
+        k_map = (self.allocate(xf, n, pooled) + 0.5).floor()  # hard integer budgets, (B, 1, Hr, Wr)
         record = aux is not None and aux.get("record_routes", False)
         stats: dict = {"gathered": 0, **({"routes": []} if record else {})}
         k_max = int(k_map.max())
@@ -166,7 +174,7 @@ class AdaptiveSparseAttention(AttentionBranch):
             out = q.new_zeros(q.shape)
         else:
             out = routed_attention(
-                q, k, v, self.pooled_qk(xp, p), k_map.flatten(1).long(), k_max, self.heads, p,
+                q, k, v, self.pooled_qk(xf, p, pooled), k_map.flatten(1).long(), k_max, self.heads, p,
                 self.two_level_above, stats, own_first=self.own_first,
             )
         if aux is not None:

@@ -125,8 +125,12 @@ class AttentionBranch(nn.Module):
         raise NotImplementedError
 
     @torch.no_grad()
-    def pooled_qk(self, x: torch.Tensor, p: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def pooled_qk(
+        self, x: torch.Tensor, p: int, pooled: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Region means of q and k, (B, N, C) each, from the p x p region means of x.
+
+        ``pooled``: those means, ``F.avg_pool2d(x.float(), p)``, where the caller has them already.
 
         They only route (a top-k selection), so no autograd graph is built, in training either.
 
@@ -135,7 +139,8 @@ class AttentionBranch(nn.Module):
         first copy whole).
         """
         c = self.dim
-        pooled = F.avg_pool2d(x.float(), p)  # (B, C, H/p, W/p)
+        if pooled is None:
+            pooled = F.avg_pool2d(x.float(), p)  # (B, C, H/p, W/p)
         qk = F.conv2d(pooled, self.qkv.weight[: 2 * c].float(), self.qkv.bias[: 2 * c].float())
         return tuple(t.flatten(2).transpose(1, 2) for t in qk.chunk(2, dim=1))  # type: ignore[return-value]
 
