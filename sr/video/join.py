@@ -16,8 +16,22 @@ from .probe import VideoInfo
 COPIED = ("audio", "subtitle")
 
 
-def _segment_packets(segments: list[Path], out_stream: object, shifts: list[int]) -> Iterator[tuple]:
-    """Each segment's packets, its timestamps moved by ``shifts[n]`` (segments count from 0)."""
+def _rescale(packet: object, tb: Fraction) -> None:
+    """The packet's times in ``tb``: the MP4 muxer stores a coarse time base finer (1/1000, as from
+    MKV or WebM, becomes 1/16000), while the shifts count in the input's."""
+    ratio = packet.time_base / tb
+    if ratio == 1:
+        return
+    for name in ("pts", "dts", "duration"):
+        v = getattr(packet, name)
+        if v is not None:
+            setattr(packet, name, round(v * ratio))
+    packet.time_base = tb
+
+
+def _segment_packets(segments: list[Path], out_stream: object, shifts: list[int],
+                     tb: Fraction) -> Iterator[tuple]:
+    """Each segment's packets in ``tb``, its timestamps moved by ``shifts[n]`` (segments count from 0)."""
     import av
 
     for n, (seg, shift) in enumerate(zip(segments, shifts, strict=True)):
@@ -26,6 +40,7 @@ def _segment_packets(segments: list[Path], out_stream: object, shifts: list[int]
             for packet in container.demux(stream):
                 if packet.size == 0:
                     continue
+                _rescale(packet, tb)
                 t = ((packet.dts if packet.dts is not None else packet.pts) - shift) * packet.time_base
                 yield t, 0, n, packet, out_stream, shift
 
@@ -64,7 +79,9 @@ def join(info: VideoInfo, segments: list[Path], starts: list[int], dest: Path, a
         with av.open(str(info.path)) as src, av.open(str(tmp), "w") as out:
             out.metadata.update(src.metadata)
             with av.open(str(segments[0])) as first:
-                video = out.add_stream_from_template(first.streams.video[0])
+                # opaque: the stream parameters copied as they are, no encoder looked up by the
+                # decoder's name (AV1 decodes with libdav1d, which names no encoder)
+                video = out.add_stream_from_template(first.streams.video[0], opaque=True)
             video.time_base = tb
             video.metadata.update(src.streams.video[0].metadata)
             if info.rotation:
@@ -80,7 +97,7 @@ def join(info: VideoInfo, segments: list[Path], starts: list[int], dest: Path, a
                 o.metadata.update(s.metadata)
                 copied[s.index] = (o, int(t0 / s.time_base))
             shifts = [int(t0 / tb) - info.pts[s] for s in starts]
-            merged = heapq.merge(_segment_packets(segments, video, shifts),
+            merged = heapq.merge(_segment_packets(segments, video, shifts, tb),
                                  _input_packets(info.path, copied, t0, t1), key=lambda x: x[:3])
             last_dts: dict[int, int] = {}
             for _, _, _, packet, stream, shift in merged:

@@ -162,3 +162,66 @@ def test_probe_refuses_a_non_video(tmp_path) -> None:
     (tmp_path / "x.mkv").write_bytes(b"\x00" * 100)
     with pytest.raises(VideoError, match="not a readable video"):
         probe(tmp_path / "x.mkv")
+
+
+SRT = """1
+00:00:00,000 --> 00:00:00,125
+hello
+
+2
+00:00:00,125 --> 00:00:00,250
+world
+"""
+
+
+def _with_subtitles(src: Path, srt: Path, dest: Path) -> Path:
+    """``src``'s streams remuxed into ``dest`` (mkv) with ``srt``'s subtitle stream, tagged French."""
+    with av.open(str(src)) as vin, av.open(str(srt)) as sin, av.open(str(dest), "w") as out:
+        out.metadata.update(vin.metadata)
+        streams = (vin.streams.video[0], sin.streams.subtitles[0])
+        pairs = [(s, out.add_stream_from_template(s)) for s in streams]
+        pairs[1][1].metadata["language"] = "fra"
+        for s, o in pairs:
+            for p in (vin if s.container is vin else sin).demux(s):
+                if p.size:
+                    p.stream = o
+                    out.mux(p)
+    return dest
+
+
+def _subtitles(path: Path) -> tuple[str, str | None, list[tuple[bytes, Fraction, Fraction]]]:
+    with av.open(str(path)) as c:
+        s = c.streams.subtitles[0]
+        got = [(bytes(p), p.pts * p.time_base, p.duration * p.time_base) for p in c.demux(s) if p.size]
+        return s.codec_context.name, s.metadata.get("language"), got
+
+
+def test_subtitles_are_copied(make_clip, tiny_x2, tmp_path) -> None:
+    (tmp_path / "subs.srt").write_text(SRT)
+    src = _with_subtitles(make_clip(frames=6, audio=False), tmp_path / "subs.srt", tmp_path / "subbed.mkv")
+    codec, lang, cues = _subtitles(src)
+    assert codec in {"srt", "subrip"} and lang == "fra" and len(cues) == 2  # the input is what we meant
+    out = tmp_path / "out.mkv"
+    opts = _opts(tiny_x2, tmp_path)
+    # two segments from an MKV (time base 1/1000, which the MP4 segments store as 1/16000)
+    upscale_video(make_upscaler(opts), src, out, opts, segment_frames=4)
+    assert _subtitles(out) == (codec, lang, cues)  # same codec, tag, text and times: not re-encoded
+    assert _streams(out)["size"] == (128, 96)
+
+
+@pytest.mark.parametrize("codec", ["h265", "av1", "vp9"])
+def test_other_output_codecs(codec, make_clip, tiny_x2, tmp_path) -> None:
+    from sr.video.settings import CODECS
+
+    try:
+        av.codec.Codec(CODECS[codec][0], "w")
+    except Exception:  # noqa: BLE001 - any failure to find it: this wheel has no such encoder
+        pytest.skip(f"this PyAV wheel has no {CODECS[codec][0]} encoder")
+    src = make_clip(frames=4, audio=True)
+    opts = _opts(tiny_x2, tmp_path, video_codec=codec)
+    out = tmp_path / "out.mp4"
+    upscale_video(make_upscaler(opts), src, out, opts)
+    got, want = _streams(out), _streams(src)
+    decoders = {"h265": {"hevc"}, "av1": {"av1", "libdav1d", "libaom-av1"}, "vp9": {"vp9", "libvpx-vp9"}}
+    assert got["codec"] in decoders[codec]
+    assert got["size"] == (128, 96) and got["times"] == want["times"] and got["audio"] == want["audio"]
