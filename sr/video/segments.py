@@ -27,6 +27,15 @@ def plan(first: int, end: int, size: int = 0) -> list[tuple[int, int]]:
     return [(a, min(a + size, end)) for a in range(first, end, size)]
 
 
+def _short_options(settings: VideoSettings, frames: int) -> dict[str, str]:
+    """Encoder options for a segment of ``frames`` frames: x265 with B-frames on a 1- or 2-frame
+    segment (a clip's short last one, a short ``--frames``) makes packets the MP4 muxer refuses
+    ("not yet implemented"), on some content; such a segment has no B-frames to gain anyway."""
+    if settings.encoder == "libx265" and frames < 3:
+        return {"x265-params": "bframes=0"}
+    return {}
+
+
 def segment_path(parts: Path, i: int) -> Path:
     return parts / f"seg-{i:05d}.{SEGMENT_FORMAT}"
 
@@ -78,7 +87,7 @@ def encode_segment(info: VideoInfo, a: int, b: int, upscale: Callable[[np.ndarra
                     ctx.color_range = 2 if info.colour.full_range else 1
                     ctx.color_primaries = info.colour.primaries
                     ctx.color_trc = info.colour.trc
-                    stream.options = {"crf": str(settings.quality)}
+                    stream.options = {"crf": str(settings.quality), **_short_options(settings, b - a)}
                 frame = av.VideoFrame(w, h, "yuv420p")
                 for plane, samples in zip(frame.planes, to_yuv420(big, info.colour), strict=True):
                     view = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
