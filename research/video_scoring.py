@@ -48,9 +48,23 @@ def flicker(ys: list[np.ndarray]) -> float:
 class Methods:
     """Frame functions per method, the engines loaded once and reused across clips."""
 
-    def __init__(self, threads: int | None, precision: str = "auto") -> None:
-        self.threads, self.precision = threads, precision
+    def __init__(self, threads: int | None, precision: str = "auto",
+                 decoder_options: dict[str, str] | None = None) -> None:
+        """``decoder_options``: FFmpeg decoder options for the models' input frames (an experiment,
+        e.g. ``skip_loop_filter=all``: H.264 without its deblocking); bicubic keeps the plain decode."""
+        self.threads, self.precision, self.decoder_options = threads, precision, decoder_options
         self._ups: dict[str, tuple] = {}
+
+    def _decoded(self, info) -> list[np.ndarray]:  # noqa: ANN001 - a VideoInfo
+        """Every frame as float RGB, decoded with ``decoder_options`` (sr.video.colour's conversion)."""
+        import av
+
+        from sr.video.colour import to_rgb
+
+        with av.open(str(info.path)) as c:
+            stream = c.streams.video[0]
+            stream.codec_context.options = dict(self.decoder_options or {})
+            return [to_rgb(f, info.colour) for f in c.decode(stream)]
 
     def options(self, method: str):  # noqa: ANN201 - a BatchOptions
         from sr.batch import BatchOptions
@@ -78,6 +92,8 @@ class Methods:
                 self._ups[method] = (make_upscaler(opts), opts)
             up, opts = self._ups[method]
             fn = frame_upscaler(up, info, opts)
+            if self.decoder_options:
+                return [fn(rgb) for rgb in self._decoded(info)]
         return [fn(rgb) for _, rgb in frames(info, 0, info.frames)]
 
 

@@ -37,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", nargs="+", default=["asa-base", "photo"])
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--precision", default="auto")
+    p.add_argument("--decoder-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="FFmpeg decoder option for the models' input (e.g. skip_loop_filter=all)")
 
 
 def summary(gains: list[float]) -> str:
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     images = sorted(p for p in args.valid.iterdir() if p.suffix.lower() in {".png", ".jpg", ".jpeg"})
     images = images[: args.first] if args.first else images
     stages = ["raw", *(f"CRF {c}" for c in args.out_crf)]
-    methods = Methods(args.threads, args.precision)
+    methods = Methods(args.threads, args.precision, dict(o.split("=", 1) for o in args.decoder_option))
     names = ["bicubic", *args.methods]
     table: dict[tuple[str, str], list[float]] = {(m, s): [] for m in names for s in stages}
     with tempfile.TemporaryDirectory(prefix="sr-video-set-") as tmp:
