@@ -161,7 +161,7 @@ class ModelHub:
         own_file = self._default_file is not None and family == self.default
         source = str(self._default_file) if own_file else family
         return Upscaler(model=source, device=s.device, tile=s.tile, weights_dir=s.weights_dir,
-                        threads=s.threads, denoise=denoise, precision=s.precision)
+                        threads=s.engine_threads, denoise=denoise, precision=s.precision)
 
     def load_default(self, calibrate: Callable[[Upscaler], None] | None = None) -> None:
         """Build the default engine and run a tiny image through every scale (loads and warms them);

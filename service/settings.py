@@ -36,7 +36,7 @@ class Settings:
     api_key: str | None = None                # when set, /v1/* need header X-API-Key
     cors_origins: tuple[str, ...] = ()        # empty: no CORS headers at all
     weights_dir: Path | None = None           # None: the package's weights/ folder
-    threads: int | None = None                # torch intra-op threads (None: torch's default)
+    threads: int | None = None                # torch intra-op threads (None: usable CPUs // workers)
     # Engine tile size: auto, pixels, or 0 (off). 512, not auto: a job can only be cancelled between
     # network forwards, and auto runs a whole image of up to 1024 px as one forward.
     tile: int | str = 512
@@ -92,6 +92,19 @@ class Settings:
         object.__setattr__(self, "precision", parse_precision(self.precision))
         if self.api_key is not None:  # set, even to "": someone meant to require a key
             check_api_key(self.api_key)
+
+    @property
+    def engine_threads(self) -> int:
+        """Torch threads per job: ``threads`` when set, else the usable CPUs shared out among the
+        workers (at least one each). Every worker's forward runs its own team of this many threads,
+        so one per CPU each (torch's default) put ``workers`` threads on every core: measured, that
+        saves no CPU per tile and only takes time slices from neighbours (docs/service.md, "Workers
+        and threads")."""
+        if self.threads is not None:
+            return self.threads
+        from sr.inference.devices import usable_cpus
+
+        return max(1, usable_cpus() // self.workers)
 
     @property
     def upload_limit(self) -> int:

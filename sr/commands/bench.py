@@ -15,6 +15,7 @@ BENCHMARKS = {
     "paths": "inference paths side by side: tiered vs static attention, torch.compile, onnxruntime",
     "serve": "bounded load test of the HTTP service on loopback",
     "cost": "attention share of a forward and achieved conv TFLOP/s, per model, precision and tile",
+    "contention": "throughput by workers x threads with and without competing CPU load (torch, openvino)",
 }
 
 

@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       help="per-request time limit in seconds, queue wait included [SR_TIMEOUT_S; 120]")
     a("--api-key", default=None, help="require this key in header X-API-Key on /v1/* [SR_API_KEY]")
     a("--cors-origins", default=None, help="comma-separated CORS origins; off if unset [SR_CORS_ORIGINS]")
-    a("--threads", type=int, default=None, help="torch CPU threads [SR_THREADS]")
+    a("--threads", type=int, default=None, help="torch threads per job [SR_THREADS; usable CPUs / workers]")
     a("--tile", default=None,
       help="tile size in pixels, 'auto' or 0 (off); a job can be cancelled between tiles [SR_TILE; 512]")
     a("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])

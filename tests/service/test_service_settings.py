@@ -51,3 +51,33 @@ def test_replace_ignores_unset_flags() -> None:
     s = Settings(workers=2).replace(workers=None, max_queue=7)
     assert (s.workers, s.max_queue) == (2, 7)
     assert Settings().replace(api_key=None).api_key is None
+
+
+@pytest.mark.parametrize("cpus, workers, threads, expected", [
+    (8, 1, None, 8),   # one worker: every usable CPU
+    (8, 2, None, 4),   # shared out: workers x threads = CPUs, no core runs two teams' threads
+    (8, 3, None, 2),
+    (2, 4, None, 1),   # more workers than CPUs: one thread each, never zero
+    (8, 2, 3, 3),      # set explicitly: taken as it is
+])
+def test_engine_threads_share_the_usable_cpus_among_workers(monkeypatch: pytest.MonkeyPatch, cpus: int,
+                                                             workers: int, threads: int | None,
+                                                             expected: int) -> None:
+    monkeypatch.setattr("sr.inference.devices.os.sched_getaffinity", lambda pid: set(range(cpus)),
+                        raising=False)
+    assert Settings(workers=workers, threads=threads).engine_threads == expected
+
+
+def test_the_hub_builds_engines_with_the_shared_out_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sr.service.hub import ModelHub
+
+    built: list[dict] = []
+
+    class FakeUpscaler:
+        def __init__(self, **kwargs: object) -> None:
+            built.append(kwargs)
+
+    monkeypatch.setattr("sr.inference.Upscaler", FakeUpscaler)
+    monkeypatch.setattr("sr.inference.devices.os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    ModelHub(Settings(workers=2))._build("asa-base", None)
+    assert built[0]["threads"] == 2
