@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from sr.metrics import psnr
+from sr.metrics import rgb_to_y
 from sr.models import set_attention_path
 from sr.weights import load_model, shipped_models
 
@@ -19,11 +19,13 @@ SHIPPED = [p.stem for p in shipped_models()]
 
 
 def y_psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Y-PSNR in dB of two (1, 3, H, W) float images in [0, 1], unrounded."""
-    def hwc(t: torch.Tensor) -> np.ndarray:
-        return t[0].float().clamp(0, 1).permute(1, 2, 0).numpy().astype(np.float64) * 255
+    """Y-PSNR in dB (peak 255) of two (1, 3, H, W) float images in [0, 1], neither rounded to 8 bits
+    (``sr.metrics.psnr`` rounds its first argument, which would measure the rounding, ~63 dB)."""
+    def y(t: torch.Tensor) -> np.ndarray:
+        return rgb_to_y(t[0].float().clamp(0, 1).permute(1, 2, 0).numpy().astype(np.float64) * 255)
 
-    return psnr(hwc(a), hwc(b), channel="y")
+    mse = float(np.mean((y(a) - y(b)) ** 2))
+    return float("inf") if mse == 0 else 10 * float(np.log10(255.0**2 / mse))
 
 
 def astronaut_tile(h: int, w: int) -> torch.Tensor:
