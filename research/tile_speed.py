@@ -6,8 +6,10 @@ float32 output back) over the same 512 x 512 photograph (skimage's astronaut) at
 picture is covered by the fewest tiles of that size (the last one moved inside, so 192 and 384 cover
 some pixels twice), since the adaptive attention spends by content and a centre crop per size would
 time different content. Every configuration runs once per round, rounds interleaved (the order
-reversed every other round) so the load of other processes falls on all of them alike; CPU-time
-medians with ``--clock cpu`` (the default; use it with ``--threads 1``).
+reversed every other round) so the load of other processes falls on all of them alike, each
+configuration's turn starting with one untimed call (a job runs one tile size over and over, so
+its first call after another size's is not what a job pays); CPU-time medians with ``--clock cpu``
+(the default; use it with ``--threads 1``).
 
 Printed per row: ms per tile, microseconds per input pixel of a tile (what the engine's auto tile
 table holds, :data:`sr.inference.engine.TILE_COST_US_PER_PX`), and the seconds per output megapixel
@@ -149,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
             order = range(len(configs)) if r % 2 == 0 else reversed(range(len(configs)))
             for i in order:
                 fn, arrs = configs[i][3], configs[i][4]
+                fn(arrs[0])  # untimed: the sizes take turns; a job repeats one size
                 t0 = clock()
                 for arr in arrs:
                     fn(arr)

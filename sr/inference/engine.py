@@ -56,14 +56,16 @@ AUTO_TILE_MAX = {"cpu": 512, "mps": 1024, "cuda": 2048}
 # recompute more overlap and pay more per-forward overhead; the auto tile takes the plan of least
 # estimated time (pixels x this cost, overlap and edge tiles included) within the memory bound.
 # Measured on the 2-core AMX Xeon beside two training runs, one thread, CPU time, medians of 3
-# interleaved rounds, each size over the same 512^2 photograph (bf16: two runs, fp32: one per model):
-#   python -m research.tile_speed --precision bf16 --rounds 3 --json bf16-1.json   (and bf16-2.json)
-#   python -m research.tile_speed --models asa-base-x2 --precision fp32 --rounds 3 --json fp32-a.json
-#   (the same for asa-base-x4 and photo-x2), then python -m research.tile_speed --merge *.json
-# Between runs single entries moved by up to ~0.1; 512 was the slowest in every run (1.2-1.3x).
+# interleaved rounds, each size over the same 512^2 photograph; three bf16 runs and two fp32 runs
+# per model, merged (each model's mean us/px per size over its runs, then the ratios):
+#   python -m research.tile_speed --precision bf16 --rounds 3 --json bf16-1.json   (x3)
+#   python -m research.tile_speed --models asa-base-x2 --precision fp32 --rounds 3 --json fp32-a1.json
+#   (x2, and the same for asa-base-x4 and photo-x2), then python -m research.tile_speed --merge *.json
+# Single runs moved single entries by up to ~0.3 (fp32 photo-x2); 512 was the slowest in every run.
+# End to end the tile size changed a job's CPU time by less than this machine's noise (docs/inference.md).
 CPU_TILE_COST: dict[torch.dtype, dict[int, float]] = {
-    torch.bfloat16: {128: 1.053, 192: 1.057, 256: 1.001, 384: 1.049, 512: 1.208},
-    torch.float32: {128: 1.025, 192: 1.014, 256: 1.016, 384: 1.126, 512: 1.288},
+    torch.bfloat16: {128: 1.057, 192: 1.054, 256: 1.0, 384: 1.052, 512: 1.205},
+    torch.float32: {128: 1.0, 192: 1.025, 256: 1.044, 384: 1.152, 512: 1.332},
 }
 # The static attention path scores every pooled region against every other (N^2 per tile), so its
 # auto tile stays smaller: 768 px at stride 2 and 4x4 regions is N = 2304, 21 MB of scores per image.

@@ -10,7 +10,7 @@ import torch
 
 from sr.inference import UpscaleError, Upscaler, choose_passes, list_models
 from sr.inference.resample import resize_to
-from sr.inference.tiling import min_tile
+from sr.inference.tiling import TILE_MIN_GAIN, min_tile
 from sr.io import DecodedImage
 
 
@@ -114,7 +114,7 @@ def test_auto_tile_picks_the_tables_fastest(tiny_x2, monkeypatch):
     chosen = up._tile_for(loaded, 3000, 4000)
     assert chosen in shipped  # the table's sizes are multiples of this model's grid
     costs = {t: plan_cost(3000, 4000, t, up.tile_overlap, loaded.align, shipped) for t in shipped}
-    assert costs[chosen] == min(costs.values())
+    assert min(costs.values()) >= costs[chosen] * (1 - TILE_MIN_GAIN)  # a smaller size needs the margin
     for best in (128, 256, 512):  # each size in turn made the cheapest by far: auto follows the table
         table = {t: 1.0 if t == best else 2.0 for t in shipped}
         monkeypatch.setitem(engine.CPU_TILE_COST, torch.float32, table)

@@ -12,6 +12,7 @@ from skimage import data
 from sr.inference import Upscaler
 from sr.inference.engine import DEFAULT_TILE_OVERLAP
 from sr.inference.tiling import (
+    TILE_MIN_GAIN,
     axis_weights,
     fastest_tile,
     min_tile,
@@ -205,8 +206,9 @@ def test_fastest_tile_never_exceeds_the_limit_and_takes_the_cheapest(limit):
     chosen = fastest_tile(3000, 2000, limit, 16, 8, costs)
     assert chosen is not None and chosen <= max(limit, min_tile(16, 8)) and chosen % 8 == 0
     allowed = [t for t in (*costs, limit // 8 * 8) if min_tile(16, 8) <= t <= limit] or [chosen]
-    assert plan_cost(3000, 2000, chosen, 16, 8, costs) == min(plan_cost(3000, 2000, t, 16, 8, costs)
-                                                              for t in allowed)
+    # nothing allowed is cheaper by the margin a smaller tile needs to win
+    assert min(plan_cost(3000, 2000, t, 16, 8, costs) for t in allowed) >= (
+        plan_cost(3000, 2000, chosen, 16, 8, costs) * (1 - TILE_MIN_GAIN))
     if limit == 512:
         assert chosen == 256  # the cheapest per pixel, and its overlap share is small here
 
@@ -215,3 +217,10 @@ def test_fastest_tile_keeps_a_small_image_whole():
     costs = {128: 1.3, 256: 1.0, 512: 1.6}
     assert fastest_tile(200, 150, 512, 16, 8, costs) is None
     assert fastest_tile(200, 150, 100, 16, 8, costs) is not None  # memory says no
+
+
+def test_a_smaller_tile_must_win_by_the_margin():
+    # whole 512 vs 3x3 tiles of 184 px: 2% cheaper per pixel is not enough, 20% is
+    slight, clear = {256: 0.98, 512: 1.0}, {256: 0.8, 512: 1.0}
+    assert fastest_tile(512, 512, 512, 16, 8, slight) is None
+    assert fastest_tile(512, 512, 512, 16, 8, clear) == 256
