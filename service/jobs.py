@@ -12,7 +12,8 @@ worker reaches that point, within one forward, so the pool never holds more than
 
 Time is predicted by one :class:`WorkModel` (issue 45): each job declares its :class:`Work` (network
 forwards, the megapixels its tiles output, the megapixels decoded and encoded); seconds are a
-per-item cost measured on this machine times a factor learnt from the jobs that completed. The same
+per-item cost measured on this machine times a factor learnt from the jobs that completed, times
+the machine's current load, a moving average over the last jobs of all kinds (issue 54). The same
 prediction refuses a job that cannot finish within the time limit (the app's 422), refuses one that
 would start too late to finish in time (503), and gives ``Retry-After``: the predicted time until
 a slot frees (:meth:`JobPool.schedule`).
@@ -43,6 +44,14 @@ PRIOR_SECONDS_PER_FORWARD = 0.03
 PRIOR_SECONDS_PER_MP = 1.25       # per megapixel the network outputs, tile overlaps included
 PRIOR_SECONDS_PER_IO_MP = 0.1     # per megapixel decoded or encoded
 EMA_WEIGHT = 0.2
+# The load: how much slower than calibrated the network ran in the last jobs, whatever their size,
+# a moving average of seconds per unit of network work. It moves fast (a third of the way per job,
+# in log space) because the machine's load does: with two trainings beside it a job ran 2-3x slower
+# than at start-up, while the per-forward and per-megapixel factors, which only a job dominated by
+# their part could teach, kept the start-up speed. Thin strips and 67-MP images were admitted on
+# it and ran to a 504 (issue 54's soak: 18 of 298 requests).
+LOAD_WEIGHT = 1 / 3
+LOAD_RANGE = (0.05, 20.0)
 FACTOR_RANGE = (0.02, 50.0)       # one odd job (a swapped-out page, a cold cache) moves it only so far
 MAX_RETRY_AFTER_S = 3600
 DISCONNECT_POLL_S = 0.25
@@ -82,22 +91,32 @@ class Work:
 
 
 class WorkModel:
-    """Seconds a job takes: per-item costs (the priors), each part times a factor measured here.
+    """Seconds a job takes: per-item costs (the priors), each part times a factor measured here, the
+    network's parts also times its current load.
 
-    Three parts, three factors, because they do not move together: the fixed cost of a job (per
-    job, per decoded or encoded pixel), the network's cost per forward (what a thin image's many
-    tiles cost) and its cost per megapixel. The forward and megapixel factors are measured at
-    start-up (:meth:`calibrate`: a square image, then a strip of thin tiles); each completed job then
-    teaches the factor of the part that dominated its predicted time, and only that one. A job's
-    time is one number: split among the parts, it cannot tell them apart, and hundreds of small
-    jobs (mostly fixed cost) talked the megapixel factor down until a 67-megapixel job looked like
-    30 s (issue 45's soak: admitted, it ran to the limit).
+    Three parts, because they do not move together: the fixed cost of a job (per job, per decoded or
+    encoded pixel), the network's cost per forward (what a thin image's many tiles cost) and its
+    cost per megapixel. The forward and megapixel factors are measured at start-up
+    (:meth:`calibrate`: a square image, then a strip of thin tiles) and give the network's shape.
+
+    Each completed job that reports its network seconds (``network_s``, the engine's stage) then
+    teaches two averages: the fixed factor from the rest of its time, and the ``load`` from the
+    network seconds per unit of predicted network work. Every job moves the load, so the small jobs
+    that make most of the traffic keep the prediction of a rare big one current when other
+    processes slow the machine down. A job's time split by stage, not by guess: a total alone cannot
+    tell the parts apart, and hundreds of small jobs (mostly fixed cost) talked the megapixel factor
+    down until a 67-megapixel job looked like 30 s (issue 45's soak: admitted, it ran to the limit).
+    A job without stage times teaches the factor of the part that dominated its prediction.
+
+    A job stopped at the time limit still says something: it ran ``elapsed`` seconds and was not
+    done. When that is more than its prediction, :meth:`overran` moves the load towards it.
     """
 
     def __init__(self) -> None:
         self.fixed_factor = 1.0
         self.forward_factor = 1.0
         self.mp_factor = 1.0
+        self.load = 1.0
         self._seen = 0
 
     @staticmethod
@@ -106,13 +125,17 @@ class WorkModel:
         return (PRIOR_SECONDS_PER_JOB + PRIOR_SECONDS_PER_IO_MP * work.io_mp,
                 PRIOR_SECONDS_PER_FORWARD * work.forwards, PRIOR_SECONDS_PER_MP * work.tiled_mp)
 
+    def _network(self, work: Work) -> float:
+        """Network seconds at the calibrated speed (no load)."""
+        _, forwards, per_mp = self.parts(work)
+        return self.forward_factor * forwards + self.mp_factor * per_mp
+
     def predict(self, work: Work) -> float:
-        fixed, forwards, per_mp = self.parts(work)
-        return self.fixed_factor * fixed + self.forward_factor * forwards + self.mp_factor * per_mp
+        return self.fixed_factor * self.parts(work)[0] + self.load * self._network(work)
 
     def calibrate(self, square: tuple[Work, float], strip: tuple[Work, float]) -> None:
         """Forward and megapixel factors from two timed network runs (no fixed cost: no HTTP, no
-        decode): ``square`` mostly megapixels, ``strip`` mostly forwards."""
+        decode): ``square`` mostly megapixels, ``strip`` mostly forwards. The load is the unit then."""
         (_, f1, m1), t1 = self.parts(square[0]), square[1]
         (_, f2, m2), t2 = self.parts(strip[0]), strip[1]
         det = m1 * f2 - m2 * f1
@@ -125,24 +148,55 @@ class WorkModel:
             mp = fw = (t1 + t2) / (f1 + m1 + f2 + m2)
         self.mp_factor, self.forward_factor = min(max(mp, low), high), min(max(fw, low), high)
         self.fixed_factor = self.mp_factor  # until jobs teach it: the same machine speed
+        self.load = 1.0
 
-    def learn(self, work: Work, elapsed: float, weight: float = EMA_WEIGHT) -> None:
-        """Move the factor of the part that dominated this job's prediction towards what it measured.
+    def learn(self, work: Work, elapsed: float, network_s: float | None = None,
+              weight: float = EMA_WEIGHT) -> None:
+        """Move the averages towards what this job measured, in log space (a job twice as slow and
+        one twice as fast cancel out); the first jobs are averaged (weight 1/n: the priors and the
+        start-up's timings are left quickly), later ones a moving average.
 
-        The first jobs are averaged (weight 1/n), later ones a moving average: the priors are left
-        quickly, then one odd job moves a factor only by ``weight`` (in log space, so a job twice as
-        slow and one twice as fast cancel out).
+        With ``network_s`` (the job's network seconds): the fixed factor learns from the rest, the
+        load from the network seconds. Without: the factor of the part that dominated.
         """
-        low, high = FACTOR_RANGE
-        predicted = self.predict(work)
-        ratio = min(max(elapsed / predicted, low / 10), high * 10)
         self._seen += 1
-        step = math.exp(max(weight, 1 / self._seen) * math.log(ratio))
+        first = 1 / self._seen
+        fixed, _, _ = self.parts(work)
+        network = self._network(work)
+        if network_s is not None and network > 0:
+            rest = max(elapsed - network_s, 0.0)
+            self.fixed_factor = _moved(self.fixed_factor, rest / fixed, max(weight, first), FACTOR_RANGE)
+            self.load = _moved(self.load, network_s / network, max(LOAD_WEIGHT, first), LOAD_RANGE)
+            return
+        predicted = self.predict(work)
+        name = self._dominant(work)
+        setattr(self, name, _moved(getattr(self, name), getattr(self, name) * elapsed / predicted,
+                                   max(weight, first), FACTOR_RANGE))
+
+    def overran(self, work: Work, elapsed: float) -> None:
+        """A job stopped after ``elapsed`` seconds, unfinished: it takes at least that long. The
+        load moves towards what would explain it, as a completed job's would; not a factor, which
+        no later job could bring down again once every job of that size got a 422."""
+        predicted = self.predict(work)
+        network = self._network(work)
+        if elapsed <= predicted or network <= 0:
+            return
+        needed = (elapsed - self.fixed_factor * self.parts(work)[0]) / network
+        self.load = _moved(self.load, needed, LOAD_WEIGHT, LOAD_RANGE)
+
+    def _dominant(self, work: Work) -> str:
         fixed, forwards, per_mp = self.parts(work)
-        shares = {"fixed_factor": self.fixed_factor * fixed, "forward_factor": self.forward_factor * forwards,
-                  "mp_factor": self.mp_factor * per_mp}
-        name = max(shares, key=shares.__getitem__)
-        setattr(self, name, min(max(getattr(self, name) * step, low), high))
+        shares = {"fixed_factor": self.fixed_factor * fixed,
+                  "forward_factor": self.load * self.forward_factor * forwards,
+                  "mp_factor": self.load * self.mp_factor * per_mp}
+        return max(shares, key=shares.__getitem__)
+
+
+def _moved(value: float, target: float, weight: float, bounds: tuple[float, float]) -> float:
+    """``value`` moved ``weight`` of the way to ``target`` in log space, within ``bounds``."""
+    low, high = bounds
+    target = min(max(target, low / 10), high * 10)
+    return min(max(value * math.exp(weight * math.log(target / value)), low), high)
 
 
 @dataclass
@@ -285,6 +339,7 @@ class JobPool:
             self._running += 1
             job.started = time.perf_counter()
         ok = False
+        result = None
         try:
             result = fn(*args)
             ok = True
@@ -296,9 +351,11 @@ class JobPool:
                 if ok:
                     self._completed += 1
                     if job.learn:
-                        self.model.learn(job.work, elapsed)
+                        self.model.learn(job.work, elapsed, getattr(result, "network_s", None))
                 elif stop.is_set():
                     self._cancelled += 1
+                    if job.learn:
+                        self.model.overran(job.work, elapsed)
                 else:
                     self._completed += 1  # failed on its input: no measure of the work
 

@@ -88,6 +88,11 @@ class JobResult:
     choice: str = ""          # model "auto": what it chose and why, e.g. "auto: photo (JPEG, quality ~72)"
     budget_levels: np.ndarray | None = None  # keep_budget_map: uint8 (H, W) heat-map levels
 
+    @property
+    def network_s(self) -> float:
+        """Seconds the engine ran: what teaches the job pool the network's current speed."""
+        return self.timings_ms.get("upscale", 0.0) / 1e3
+
 
 def form_request(
     hub: ModelHub, model: str | None, *, scale: int | None, outscale: float | None, width: int | None,

@@ -244,3 +244,92 @@ def test_retry_after_learns_the_rate_and_predicts_when_a_slot_frees() -> None:
 
     asyncio.run(main())
     pool.shutdown()
+
+
+# The machine of the load tests: the priors' rates times these factors, times a slowdown for the load.
+TRUE_FACTORS = (0.5, 0.2, 0.3)  # fixed, per forward, per megapixel
+SMALL = Work(forwards=1, tiled_mp=0.016, io_mp=0.02)      # a 64x64 upload, x2
+BIG = Work(forwards=9, tiled_mp=16.0, io_mp=20.0)          # a 2048^2 one
+STRIP = Work(forwards=4040, tiled_mp=16.2, io_mp=10.0)     # a 1x2,000,000 one
+
+
+def _timed(model, work: Work, slowdown: float) -> tuple[float, float]:
+    """(seconds, network seconds) of a job of ``work`` on that machine."""
+    parts = model.parts(work)
+    fixed, forwards, per_mp = (f * p * slowdown for f, p in zip(TRUE_FACTORS, parts, strict=True))
+    return fixed + forwards + per_mp, forwards + per_mp
+
+
+def _calibrated():
+    from sr.service.jobs import WorkModel
+
+    model = WorkModel()
+    square, strip = Work(forwards=1, tiled_mp=1.0), Work(forwards=10, tiled_mp=0.01)
+    model.calibrate((square, _timed(model, square, 1.0)[1]), (strip, _timed(model, strip, 1.0)[1]))
+    return model
+
+
+def test_a_loaded_machine_seen_in_small_jobs_slows_the_prediction_of_a_big_one() -> None:
+    """Issue 54's soak: the machine got 3x slower (trainings started), mostly small jobs ran, and a
+    big job, whose megapixel factor only big jobs could teach, was predicted at the start-up speed,
+    admitted, and ran into a 504. The load, learnt from every job's network seconds, carries the
+    slowdown over; the small jobs' fixed cost does not leak into the network's factors."""
+    model = _calibrated()
+    for _ in range(20):  # idle
+        model.learn(SMALL, *_timed(model, SMALL, 1.0))
+    assert 0.95 < model.load < 1.05 and abs(model.fixed_factor / TRUE_FACTORS[0] - 1) < 0.05
+    for work in (BIG, STRIP):
+        assert abs(model.predict(work) / _timed(model, work, 1.0)[0] - 1) < 0.05
+    for _ in range(8):  # then 3x slower, seen in small jobs only
+        model.learn(SMALL, *_timed(model, SMALL, 3.0))
+    assert 2.7 < model.load < 3.3
+    for work in (BIG, STRIP):
+        assert abs(model.predict(work) / _timed(model, work, 3.0)[0] - 1) < 0.1
+    for _ in range(8):  # the load goes away again
+        model.learn(SMALL, *_timed(model, SMALL, 1.0))
+    assert abs(model.predict(BIG) / _timed(model, BIG, 1.0)[0] - 1) < 0.1
+
+
+def test_a_job_stopped_at_the_limit_after_overrunning_raises_the_load_for_a_while() -> None:
+    model = _calibrated()
+    model.forward_factor /= 4  # a start-up measurement 4x too optimistic about forwards
+    for _ in range(10):
+        model.learn(SMALL, *_timed(model, SMALL, 1.0))
+    predicted, load = model.predict(STRIP), model.load
+    model.overran(STRIP, predicted / 2)  # stopped before its prediction: says nothing
+    assert model.predict(STRIP) == predicted
+    model.overran(STRIP, 2 * predicted)  # stopped at 2x its prediction, unfinished
+    assert model.predict(STRIP) >= 1.2 * predicted
+    for _ in range(10):  # not for good: completed jobs bring the load back (no lasting 422s)
+        model.learn(SMALL, *_timed(model, SMALL, 1.0))
+    assert abs(model.load / load - 1) < 0.05
+
+
+def test_a_job_that_would_overrun_on_the_loaded_machine_gets_503_not_admission() -> None:
+    """The same slowdown in the pool: with a job running, a second one whose start-up-speed
+    prediction fits in the time limit but whose loaded one does not is refused (503 + Retry-After)
+    instead of being admitted to a 504."""
+    pool = JobPool(workers=1, max_queue=2)
+    model = pool.model
+    model.__dict__.update(vars(_calibrated()))
+    for slowdown in [1.0] * 10 + [3.0] * 8:
+        model.learn(SMALL, *_timed(model, SMALL, slowdown))
+    idle, loaded = _timed(model, BIG, 1.0)[0], _timed(model, BIG, 3.0)[0]
+    # One loaded job fits, two in a row do not (the second would 504); at the idle speed they did.
+    timeout = 1.2 * loaded
+    assert 2 * idle < timeout < 2 * loaded
+    release = threading.Event()
+
+    async def main() -> None:
+        first = asyncio.ensure_future(pool.run(release.wait, 10, timeout=timeout, work=BIG))
+        while not pool.stats()["running"]:
+            await asyncio.sleep(0.01)
+        with pytest.raises(QueueFullError, match="over the time limit") as info:
+            await pool.run(release.wait, 10, timeout=timeout, work=BIG)
+        # Retry-After: when the wait will have shrunk enough, on the loaded prediction.
+        assert abs(info.value.retry_after - (2 * loaded - timeout)) <= 0.2 * loaded + 1
+        release.set()
+        await first
+
+    asyncio.run(main())
+    pool.shutdown()
