@@ -27,6 +27,16 @@ MAX_JPEG_SCANS = 100
 # chunk count bounds Pillow's per-chunk Python loop.
 MAX_PNG_METADATA = 2 * MAX_PNG_CHUNK
 MAX_PNG_CHUNKS = 100_000
+# TIFF: image file directories walked to count pages. One page is read; past it the file is refused
+# anyway, so the walk stops here instead of following a chain of ~1.5 M tiny directories through a
+# 19 MB upload (issue 54, row E: 5.3 s and 322 MB per request before the 415).
+MAX_TIFF_IFDS = 64
+# BMP RLE8/RLE4: an honest encoder spends at most 2 bytes per pixel (a run of one pixel), 2 per row
+# (end of line) and 2 at the end; Pillow decodes RLE in a Python loop, one step per 2 bytes, so
+# escapes that draw nothing (a 16x16 image carrying 9.5 M of them held a worker 7.6 s, row E) are
+# refused by the stream's length.
+BMP_RLE_BYTES_PER_PIXEL = 2
+BMP_RLE_SLACK_BYTES = 4096
 
 
 def check_decode_cost(data: bytes, path: str | None = None) -> None:
@@ -36,7 +46,8 @@ def check_decode_cost(data: bytes, path: str | None = None) -> None:
     (progressive scan bombs) and entropy data too short for the declared size (a 3 KB file claiming
     16 MP); PNG chunk count, repeated iCCP and inflated metadata size (zlib bombs in metadata); GIF
     frames (Pillow decodes every frame just to count them) and TIFF pages (animated and multi-page
-    images are refused anyway).
+    images are refused anyway; the directory chain is walked no further than :data:`MAX_TIFF_IFDS`);
+    BMP run-length streams longer than their pixels can need.
     Raises :class:`DecodeLimitError`, :class:`AnimatedImageError` or :class:`ImageDecodeError`.
     """
     try:
@@ -48,6 +59,8 @@ def check_decode_cost(data: bytes, path: str | None = None) -> None:
             _check_gif(data, path)
         elif data[:4] in (b"II*\x00", b"MM\x00*"):
             _check_tiff(data, path)
+        elif data[:2] == b"BM":
+            _check_bmp(data, path)
     except (IndexError, struct.error):
         return  # a structure we cannot walk: Pillow gives the precise error for it
 
@@ -62,19 +75,41 @@ _JPEG_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 # Between segments, libjpeg's next_marker() skips any bytes that are not 0xFF ("extraneous bytes"),
 # then fill 0xFFs, and takes the next byte as the marker (0x00 after 0xFF is no marker: it goes on).
 # The walk must skip the same bytes: stopping at the first junk byte let a 20,000-scan JPEG past
-# the scan count (issue 54, row A), and stepping through 19 MB of fill one byte at a time in Python
-# took 2.6 s (row E).
-_JPEG_MARKER_AHEAD = re.compile(rb"\xff+[^\x00\xff]")
+# the scan count (issue 54, row A). It skips them with find() and a one-byte class, linear in the
+# bytes: a regex of "0xFF run, then a marker byte" backtracked over each start of a 19 MB fill run
+# (26 s, row E).
+_NOT_FF = re.compile(rb"[^\xff]")
+# Pillow's header read steps through those bytes one at a time in Python (19 MB of fill: 14 s);
+# encoders write none or a few, so more than this between two segments is refused.
+MAX_JPEG_PADDING = 64 * 1024
+
+
+def _jpeg_marker_at_or_after(data: bytes, pos: int) -> int:
+    """Where the next marker's 0xFF is, skipping junk and fill as libjpeg does; -1 if none."""
+    while True:
+        ff = data.find(b"\xff", pos)
+        if ff < 0:
+            return -1
+        after = _NOT_FF.search(data, ff)  # the first byte after the run of 0xFF
+        if after is None:
+            return -1
+        if data[after.start()] != 0x00:
+            return after.start() - 1
+        pos = after.start() + 1  # 0xFF 0x00 outside a scan: junk too
 
 
 def _check_jpeg(data: bytes, path: str | None) -> None:
     pos, scans, entropy, blocks = 2, 0, 0, 0
     while pos + 4 <= len(data):
         if data[pos] != 0xFF or data[pos + 1] in (0x00, 0xFF):  # junk or fill: skip as libjpeg does
-            found = _JPEG_MARKER_AHEAD.search(data, pos)
-            if found is None:
+            found = _jpeg_marker_at_or_after(data, pos)
+            if found < 0:
                 break
-            pos = found.end() - 2
+            if found - pos > MAX_JPEG_PADDING:
+                raise DecodeLimitError(
+                    f"JPEG with {found - pos:,} bytes of padding between two segments (encoders write "
+                    "a few); reading it would take seconds", path)
+            pos = found
             continue
         marker = data[pos + 1]
         if marker == 0xD9:  # EOI: the end of the first image (MPO frames after it are not decoded)
@@ -187,15 +222,38 @@ def _check_gif(data: bytes, path: str | None) -> None:
 
 def _check_tiff(data: bytes, path: str | None) -> None:
     """Pages, counted along the chain of image file directories (Pillow reads each one's tags to
-    count them: a 20 MB file of tiny directories is ~100,000 pages of Python work)."""
+    count them: a 20 MB file of tiny directories is ~100,000 pages of Python work), up to
+    :data:`MAX_TIFF_IFDS` of them."""
     order = "<" if data[:2] == b"II" else ">"
     offset, pages, seen = struct.unpack_from(order + "I", data, 4)[0], 0, set()
-    while offset and offset not in seen and offset + 2 <= len(data):
+    while offset and offset not in seen and offset + 2 <= len(data) and pages <= MAX_TIFF_IFDS:
         seen.add(offset)
         pages += 1
         entries = struct.unpack_from(order + "H", data, offset)[0]
         offset = struct.unpack_from(order + "I", data, offset + 2 + 12 * entries)[0]
     if pages > 1:
+        count = f"over {MAX_TIFF_IFDS}" if pages > MAX_TIFF_IFDS else str(pages)
         raise AnimatedImageError(
-            f"TIFF image with {pages} frames (animated or multi-page images are not supported)", path)
+            f"TIFF image with {count} frames (animated or multi-page images are not supported)", path)
 
+
+_BMP_RLE = {1: "RLE8", 2: "RLE4"}
+
+
+def _check_bmp(data: bytes, path: str | None) -> None:
+    """A run-length BMP whose compressed stream is longer than any encoder writes for its pixels."""
+    offset, header = struct.unpack_from("<I", data, 10)[0], struct.unpack_from("<I", data, 14)[0]
+    if header < 40:  # OS/2 core header: no compression field, no RLE
+        return
+    width, height = struct.unpack_from("<ii", data, 18)
+    compression = struct.unpack_from("<I", data, 30)[0]
+    if compression not in _BMP_RLE:
+        return
+    rows = abs(height)
+    need = BMP_RLE_BYTES_PER_PIXEL * abs(width) * rows + 2 * rows + BMP_RLE_SLACK_BYTES
+    stream = len(data) - offset
+    if stream > need:
+        raise DecodeLimitError(
+            f"{_BMP_RLE[compression]} BMP whose compressed stream ({stream:,} bytes) is longer than its "
+            f"{abs(width)}x{rows} pixels can need ({need:,} at most); decoding it would take a long time",
+            path)
