@@ -12,8 +12,11 @@ included) that such a client sees; without it, each 503 is final.
 
 ``--soak MINUTES`` runs for that long instead of a number of requests, and adds hostile requests to
 the mix (decode bombs, a job predicted to overrun the time limit, a thin strip, a forged JPEG,
-an oversized declared body, connections that stall in their headers or body); its report gives
-the 5xx count and the server's RSS at the start, the middle and the end.
+an oversized declared body, connections that stall in their headers or body, and issue 54's rows
+A, B, C, E and G: :func:`issue54_payloads`); its report gives the 5xx count (503s, the admission's
+answers with Retry-After, apart), the RSS of the server and of the server with its decoder
+processes at the start, the middle and the end, the longest answer, and the CPU seconds the
+server and its decoders spent.
 """
 
 from __future__ import annotations
@@ -155,6 +158,72 @@ def hostile_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int]]:
     }
 
 
+def issue54_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int]]:
+    """Issue 54's table as upload kinds (D is the soak's stalled uploads, F its full queue):
+    kind -> (file name, bytes, form fields, expected status)."""
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+    def png(w: int, h: int, mode: str = "RGB") -> bytes:
+        buf = io.BytesIO()
+        Image.new(mode, (w, h), 90).save(buf, format="PNG")
+        return buf.getvalue()
+
+    bomb = scan_bomb_jpeg(1024, 20_000)
+    app0_end = 4 + int.from_bytes(bomb[4:6], "big")
+    small = png(16, 16)
+    itxt = chunk(b"iTXt", b"Comment\x00\x01\x00en\x00\x00" + zlib.compress(bytes(12 * 2**20), 9))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    strip = png(600, 40)
+    big = 19 * 2**20
+    ifds = big // 6
+    tiff = b"II*\x00" + struct.pack("<I", 8) + b"".join(
+        struct.pack("<HI", 0, 8 + 6 * (i + 1) if i + 1 < ifds else 0) for i in range(ifds))
+    palette = b"".join(bytes((i, i, i, 0)) for i in range(256))
+    rows = b"".join(bytes((16, 9 * y)) + b"\x00\x00" for y in range(16))  # one run, then end of line
+    rle = b"\x00\x00" * (big // 2) + rows + b"\x00\x01"  # 9.5 M escapes that draw nothing first
+    offset = 14 + 40 + len(palette)
+    bmp = (b"BM" + struct.pack("<IHHI", offset + len(rle), 0, 0, offset)
+           + struct.pack("<IiiHHIIiiII", 40, 16, 16, 1, 8, 1, len(rle), 2835, 2835, 256, 0) + palette + rle)
+    return {
+        "A-scan-junk": ("a.jpg", bomb[:app0_end] + b"\x00" + bomb[app0_end:], {}, 422),
+        "B-itxt": ("b.png", small[:33] + itxt * 3 + small[33:], {}, 422),
+        "C-late-exif": ("c.png", strip[:-12] + chunk(b"eXIf", exif.tobytes()[6:]) + strip[-12:],
+                        {"width": "2100"}, 422),
+        "E-fill-jpeg": ("e.jpg", b"\xff\xd8" + b"\xff" * big + _image_bytes(64, "JPEG", 4)[2:], {}, 422),
+        "E-tiff-chain": ("e.tif", tiff, {}, 415),
+        "E-rle8-bmp": ("e.bmp", bmp, {}, 422),
+        "G-preview": ("g.png", rgba16_png(4096), {}, 200),
+    }
+
+
+def rgba16_png(side: int = 4096) -> bytes:
+    """A side x side 16-bit RGBA PNG of one colour (~130 KB at 4096: issue 54's row G), written
+    directly: an IHDR and one IDAT of unfiltered rows."""
+    import struct
+    import zlib
+
+    import numpy as np
+
+    row = b"\x00" + np.tile(np.array([5000, 20000, 40000, 65535], ">u2"), side).tobytes()
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 16, 6, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(row * side, 9)) + chunk(b"IEND", b""))
+
+
+# Kinds posted to /v1/preview instead of /v1/upscale.
+PREVIEW_KINDS = frozenset({"G-preview"})
+
+
 # Requests sent on a raw socket: (bytes to send, then wait for the answer), expected status.
 _MULTIPART_HEAD = ("POST /v1/upscale HTTP/1.1\r\nHost: bench\r\nContent-Type: multipart/form-data; "
                    "boundary=b\r\nContent-Length: {length}\r\n\r\n")
@@ -166,12 +235,15 @@ RAW_REQUESTS: dict[str, tuple[bytes, int]] = {
 }
 
 
-HOSTILE_KINDS = ("scan-bomb", "icc-bomb", "pixel-bomb", "overrun", "strip", "forged-jpeg", *RAW_REQUESTS)
+ISSUE54_KINDS = ("A-scan-junk", "B-itxt", "C-late-exif", "E-fill-jpeg", "E-tiff-chain", "E-rle8-bmp",
+                 "G-preview")
+HOSTILE_KINDS = ("scan-bomb", "icc-bomb", "pixel-bomb", "overrun", "strip", "forged-jpeg", *RAW_REQUESTS,
+                 *ISSUE54_KINDS)
 
 
 def soak_kinds() -> list[str]:
-    """One cycle of the soak's mix: 36 valid or bad requests (20 % bad) with the 9 hostile kinds
-    interleaved, one after every fourth."""
+    """One cycle of the soak's mix: 4 valid or bad requests (20 % bad) per hostile kind, with one
+    hostile request after every fourth (16 kinds: 64 + 16 requests)."""
     out: list[str] = []
     for i, kind in enumerate(schedule(4 * len(HOSTILE_KINDS), 0.2)):
         out.append(kind)
@@ -224,11 +296,57 @@ def rss_bytes(pid: int) -> int | None:
     return None
 
 
+def _children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (the server's decoder sandbox), from /proc."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def tree_rss_bytes(pid: int) -> int | None:
+    """RSS of ``pid`` plus its live children's."""
+    own = rss_bytes(pid)
+    if own is None:
+        return None
+    return own + sum(rss_bytes(c) or 0 for c in _children(pid))
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of ``pid``, of its children it has reaped, and of its live children."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def fields(p: int) -> list[str] | None:
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            return None
+        return stat[stat.rindex(")") + 2:].split()
+
+    own = fields(pid)
+    if own is None:
+        return None
+    total = sum(int(x) for x in own[11:15])  # utime, stime, cutime, cstime
+    for child in _children(pid):
+        f = fields(child)
+        total += sum(int(x) for x in f[11:13]) if f else 0
+    return total / tick
+
+
 class RssSampler(threading.Thread):
-    def __init__(self, pid: int, every: float = 0.1) -> None:
+    def __init__(self, pid: int, every: float = 0.1, tree: bool = False) -> None:
         super().__init__(daemon=True)
         self.pid, self.every, self.samples = pid, every, []
         self.times: list[float] = []  # monotonic time of each sample
+        self.tree = tree              # also sample the server with its decoder processes
+        self.tree_samples: list[int] = []
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -237,6 +355,8 @@ class RssSampler(threading.Thread):
             if rss is not None:
                 self.samples.append(rss)
                 self.times.append(time.monotonic())
+                if self.tree:
+                    self.tree_samples.append(tree_rss_bytes(self.pid) or rss)
             self._halt.wait(self.every)
 
     def stop(self) -> list[int]:
@@ -301,9 +421,10 @@ async def _load(base: str, kinds: Iterable[str], bodies: dict, concurrency: int,
                     continue
                 name, data, fields, _ = bodies[kind]
                 resends, waited = 0, 0.0
+                path = "/v1/preview" if kind in PREVIEW_KINDS else "/v1/upscale"
                 while True:
                     try:
-                        r = await client.post("/v1/upscale", files={"file": (name, data)}, data=fields)
+                        r = await client.post(path, files={"file": (name, data)}, data=fields)
                         status: int | str = r.status_code
                     except httpx.HTTPError as e:
                         status = f"error:{type(e).__name__}"
@@ -443,6 +564,7 @@ def run(args: argparse.Namespace) -> int:
             raw = None
             if soak:
                 bodies.update(hostile_payloads())
+                bodies.update(issue54_payloads())
                 raw = RAW_REQUESTS
             expected = {**{k: v[3] for k, v in bodies.items()}, **{k: v[1] for k, v in (raw or {}).items()}}
             # Warm-up: one round of valid requests at full concurrency (the soak: one cycle of its
@@ -452,7 +574,8 @@ def run(args: argparse.Namespace) -> int:
             warm = soak_kinds() * args.concurrency if soak else ["png", "jpg"] * args.concurrency
             asyncio.run(_load(base, warm, bodies, args.concurrency, 180, retry=True, raw=raw))
             rss_base = rss_bytes(proc.pid)
-            sampler = RssSampler(proc.pid, every=1.0 if soak else 0.1)
+            tree_base, cpu_base = tree_rss_bytes(proc.pid), tree_cpu_seconds(proc.pid)
+            sampler = RssSampler(proc.pid, every=1.0 if soak else 0.1, tree=soak)
             sampler.start()
             kinds: Iterable[str] = (itertools.cycle(soak_kinds()) if soak
                                     else schedule(args.requests, args.invalid))
@@ -462,8 +585,11 @@ def run(args: argparse.Namespace) -> int:
                                         retry=args.retry, max_retries=args.max_retries, raw=raw))
             elapsed = time.perf_counter() - t0
             rss = sampler.stop()
+            cpu_end = tree_cpu_seconds(proc.pid)
+            health: dict[str, Any] = {}
             try:
-                queue = httpx.get(f"{base}/healthz", timeout=5).json()["jobs"]["max_queue"]
+                health = httpx.get(f"{base}/healthz", timeout=5).json()
+                queue = health["jobs"]["max_queue"]
             except (httpx.HTTPError, ValueError, KeyError):
                 queue = args.queue
             try:
@@ -479,15 +605,18 @@ def run(args: argparse.Namespace) -> int:
                   image=f"{args.size}x{args.size}",
                   invalid_fraction=args.invalid, cpu_count=os.cpu_count())
     if soak:
-        report["soak"] = soak_summary(results, sampler, rss_base, args.soak)
+        report["soak"] = soak_summary(results, sampler, rss_base, args.soak, tree_base)
         report["soak"]["server_env"] = SOAK_SERVER_ENV
+        report["soak"]["cpu_s"] = (round(cpu_end - cpu_base, 1)
+                                   if cpu_end is not None and cpu_base is not None else None)
+        report["soak"]["server_at_end"] = {k: health.get(k) for k in ("jobs", "uploads", "sandbox")}
         report["invalid_fraction"] = 0.2  # soak_kinds' own mix
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         _print_table(report)
     if soak:
-        ok = (healthy and not report["unexpected"] and report["soak"]["5xx"] == 0
+        ok = (healthy and not report["unexpected"] and report["soak"]["5xx_not_503"] == 0
               and report["soak"]["rss_flat_within_10pct"])
     else:
         ok = healthy and not report["unexpected"] and report["requests"] == args.requests
@@ -495,28 +624,39 @@ def run(args: argparse.Namespace) -> int:
 
 
 def soak_summary(results: list[tuple], sampler: RssSampler, rss_start: int | None,
-                 minutes: float) -> dict[str, Any]:
-    """5xx and connection errors, statuses per kind, and RSS at the start, middle and end."""
-    rss, times = sampler.samples, sampler.times
-    middle = None
-    if times:
-        half = (times[0] + times[-1]) / 2
-        middle = rss[min(range(len(times)), key=lambda i: abs(times[i] - half))]
-    end = rss[-1] if rss else None
-    worst = max((abs(x - rss_start) for x in (middle, end) if x is not None), default=None) \
+                 minutes: float, tree_start: int | None = None) -> dict[str, Any]:
+    """5xx (and those not 503, the admission's answer) and connection errors, statuses per kind,
+    the longest answer, and the RSS (the server's; with ``tree_start``, also the server's with its
+    decoder processes) at the start, the middle and the end."""
+    def points(samples: list[int], start: int | None) -> dict[str, float | None]:
+        times = sampler.times[: len(samples)]
+        middle = None
+        if times:
+            half = (times[0] + times[-1]) / 2
+            middle = samples[min(range(len(times)), key=lambda i: abs(times[i] - half))]
+        return {"start": _mb(start), "middle": _mb(middle), "end": _mb(samples[-1] if samples else None),
+                "max": _mb(max(samples) if samples else None)}
+
+    rss = points(sampler.samples, rss_start)
+    worst = max((abs(x - rss["start"]) for x in (rss["middle"], rss["end"]) if x is not None), default=None) \
         if rss_start else None
     by_kind: dict[str, Counter] = {}
     for r in results:
         by_kind.setdefault(r[0], Counter())[str(r[1])] += 1
-    return {
+    five = [r for r in results if isinstance(r[1], int) and r[1] >= 500]
+    out = {
         "minutes": minutes,
-        "5xx": sum(1 for r in results if isinstance(r[1], int) and r[1] >= 500),
+        "5xx": len(five),
+        "5xx_not_503": sum(1 for r in five if r[1] != 503),
         "connection_errors": sum(1 for r in results if isinstance(r[1], str)),
+        "longest_answer_s": round(max((r[2] for r in results), default=0.0), 2),
         "by_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
-        "rss_mb": {"start": _mb(rss_start), "middle": _mb(middle), "end": _mb(end),
-                   "max": _mb(max(rss) if rss else None)},
-        "rss_flat_within_10pct": worst is not None and worst <= 0.10 * rss_start,
+        "rss_mb": rss,
+        "rss_flat_within_10pct": worst is not None and worst <= 0.10 * rss["start"],
     }
+    if tree_start is not None and sampler.tree_samples:
+        out["tree_rss_mb"] = points(sampler.tree_samples, tree_start)
+    return out
 
 
 def _print_table(r: dict[str, Any]) -> None:
@@ -537,10 +677,16 @@ def _print_table(r: dict[str, Any]) -> None:
           f"growth {rss['growth']} ({'flat' if rss['flat'] else 'NOT flat'})")
     if "soak" in r:
         soak, mb = r["soak"], r["soak"]["rss_mb"]
-        print(f"soak          {soak['minutes']:g} min: {soak['5xx']} 5xx, {soak['connection_errors']} "
-              f"connection errors; server {', '.join(f'{k}={v}' for k, v in soak['server_env'].items())}")
+        print(f"soak          {soak['minutes']:g} min: {soak['5xx']} 5xx ({soak['5xx_not_503']} not 503), "
+              f"{soak['connection_errors']} connection errors, longest answer {soak['longest_answer_s']} s, "
+              f"{soak.get('cpu_s')} CPU s (server and decoders); "
+              f"server {', '.join(f'{k}={v}' for k, v in soak['server_env'].items())}")
         for kind, counts in soak["by_kind"].items():
             print(f"  {kind:<14}" + "  ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
         print(f"server RSS MB start {mb['start']}, middle {mb['middle']}, end {mb['end']}, max {mb['max']} "
               f"({'flat within 10%' if soak['rss_flat_within_10pct'] else 'NOT flat within 10%'})")
+        if "tree_rss_mb" in soak:
+            tree = soak["tree_rss_mb"]
+            print(f"with decoders start {tree['start']}, middle {tree['middle']}, end {tree['end']}, "
+                  f"max {tree['max']}")
     print(f"healthy after {'yes' if r['healthy_after'] else 'NO'}")
