@@ -28,6 +28,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Commands whose torch thread teams share the CPU with other threads of their own process (the
+# service's event loop, decoders, encoders and other workers). libgomp's default wait policy keeps
+# a team's threads spinning after every parallel region; measured on a loaded 2-core machine
+# (docs/service.md, "Workers and threads"), a 1-worker, 2-thread service then did 1.0 req/s or
+# timed out, against 5.6 req/s with OMP_WAIT_POLICY=PASSIVE. libgomp reads the variable when torch
+# is first imported, so it is set before anything is; a value the user set is kept.
+PASSIVE_OMP_COMMANDS = frozenset({"serve"})
+
+
+def prepare_environment(command: str | None) -> None:
+    """Environment that must be in place before torch loads, for ``command``."""
+    if command in PASSIVE_OMP_COMMANDS:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 # Exit codes, the same for every command: the same class of problem always exits the same way.
 EXIT_CODES = """exit codes:
   0    done (every input written or skipped)
@@ -68,6 +83,7 @@ def build_parser(command: str | None = None, argv: Sequence[str] = ()) -> argpar
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    prepare_environment(command)
     parser = build_parser(command, argv)
     args = parser.parse_args(argv)
     module = importlib.import_module(f"sr.commands.{args._module}")
