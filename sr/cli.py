@@ -29,12 +29,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 # Commands whose torch thread teams share the CPU with other threads of their own process (the
-# service's event loop, decoders, encoders and other workers). libgomp's default wait policy keeps
-# a team's threads spinning after every parallel region; measured on a loaded 2-core machine
-# (docs/service.md, "Workers and threads"), a 1-worker, 2-thread service then did 1.0 req/s or
-# timed out, against 5.6 req/s with OMP_WAIT_POLICY=PASSIVE. libgomp reads the variable when torch
-# is first imported, so it is set before anything is; a value the user set is kept.
-PASSIVE_OMP_COMMANDS = frozenset({"serve"})
+# service's event loop, decoders, encoders and other workers; sr upscale's reader and writer).
+# libgomp's default wait policy keeps a team's threads spinning after every parallel region;
+# measured on a loaded 2-core machine (docs/inference.md, "Engines sharing the CPU"), a 1-worker,
+# 2-thread service then did 1.0 req/s or timed out, against 5.6 req/s with OMP_WAIT_POLICY=PASSIVE,
+# and sr upscale --threads 2 ran at 0.6-0.8 output MP/s against 2.5-3.3. libgomp reads the variable
+# when torch is first imported, so it is set before anything is; a value the user set is kept.
+PASSIVE_OMP_COMMANDS = frozenset({"serve", "upscale"})
 
 
 def prepare_environment(command: str | None) -> None:

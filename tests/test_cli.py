@@ -152,17 +152,18 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     assert "Traceback" not in err and "Exception ignored" not in err, err
 
 
-def test_serve_runs_with_a_passive_openmp_wait_policy_unless_one_is_set(monkeypatch):
+@pytest.mark.parametrize("command", ["serve", "upscale"])
+def test_serve_and_upscale_run_with_a_passive_openmp_wait_policy_unless_one_is_set(monkeypatch, command):
     import os
 
     from sr.cli import prepare_environment
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    prepare_environment("upscale")
-    assert "OMP_WAIT_POLICY" not in os.environ  # only the service's threads share its CPU this way
+    prepare_environment("eval")
+    assert "OMP_WAIT_POLICY" not in os.environ  # only where it was measured
     with pytest.raises(SystemExit):
-        main(["serve", "--no-such-flag"])  # set before the parser imports the command (and torch)
+        main([command, "--no-such-flag"])  # set before the parser imports the command (and torch)
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    prepare_environment("serve")
+    prepare_environment(command)
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"  # the user's choice is kept
