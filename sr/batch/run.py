@@ -68,7 +68,7 @@ def run_batch(opts: BatchOptions) -> int:
     # Ray first (an unreachable cluster is an error before anything is created); its start-up lines
     # then come before the progress bar. The session stops a Ray it started, whatever happens.
     with cluster.connect(opts.ray) if on_ray else contextlib.nullcontext():
-        # checks the cluster (videos alone: sr.video.cluster runs them)
+        # checks the cluster (videos alone: sr.batch.video_cluster runs them)
         executor = cluster.Executor(opts, up, todo, outdir) if on_ray and todo else None
         prepare_output_folder(outdir)
         if executor is not None:
@@ -88,11 +88,11 @@ def run_batch(opts: BatchOptions) -> int:
 
                 run_local(up, todo, stats, opts)
             if videos and on_ray:
-                from ..video.cluster import run_videos_ray
+                from .video_cluster import run_videos_ray
 
                 run_videos_ray(up, videos, stats, opts)
             elif videos:
-                from ..video.batch import run_videos
+                from .videos import run_videos
 
                 run_videos(up, videos, stats, opts)
         except KeyboardInterrupt:

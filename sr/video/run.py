@@ -21,10 +21,9 @@ from . import VideoError
 from . import segments as seg
 from .join import join
 from .probe import VideoInfo, probe
-from .settings import VideoSettings
+from .settings import VideoOptions, VideoSettings
 
 if TYPE_CHECKING:
-    from ..batch.options import BatchOptions
     from ..inference import Upscaler
 
 
@@ -38,7 +37,7 @@ class VideoResult:
     chosen: str = ""
 
 
-def settings_of(opts: BatchOptions) -> VideoSettings:
+def settings_of(opts: VideoOptions) -> VideoSettings:
     from .settings import parse_frames
 
     return VideoSettings(codec=opts.video_codec, crf=opts.crf,
@@ -57,7 +56,7 @@ def _span(info: VideoInfo, settings: VideoSettings) -> tuple[int, int]:
     return a, b
 
 
-def frame_upscaler(up: Upscaler, info: VideoInfo, opts: BatchOptions):  # noqa: ANN201 - a closure
+def frame_upscaler(up: Upscaler, info: VideoInfo, opts: VideoOptions):  # noqa: ANN201 - a closure
     """float RGB frame -> uint8 RGB output frame, with the batch's model and size options; for
     ``--model auto`` the video's codec says lossy (photo family) or lossless (the default family)."""
     from ..io import DecodedImage
@@ -75,7 +74,7 @@ def frame_upscaler(up: Upscaler, info: VideoInfo, opts: BatchOptions):  # noqa: 
     return run
 
 
-def _plan_key(info: VideoInfo, opts: BatchOptions, settings: VideoSettings, a: int, b: int,
+def _plan_key(info: VideoInfo, opts: VideoOptions, settings: VideoSettings, a: int, b: int,
               size: int) -> dict:
     st, r = info.path.stat(), opts.request
     return {"input": str(info.path.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
@@ -97,7 +96,7 @@ def prepare_parts(parts: Path, key: dict) -> None:
         plan_file.write_text(json.dumps(key))
 
 
-def check_size(up: Upscaler, info: VideoInfo, opts: BatchOptions) -> None:
+def check_size(up: Upscaler, info: VideoInfo, opts: VideoOptions) -> None:
     from ..inference import UpscaleError
 
     try:
@@ -131,7 +130,7 @@ class Plan:
         return sum(b - a for (a, b), p in zip(self.spans, self.paths, strict=True) if p.exists())
 
 
-def plan_video(up: Upscaler, src: Path, out: Path, opts: BatchOptions, segment_frames: int = 0) -> Plan:
+def plan_video(up: Upscaler, src: Path, out: Path, opts: VideoOptions, segment_frames: int = 0) -> Plan:
     """Probe ``src`` and prepare its segment folder (kept when an earlier run of the same plan left
     segments there): VideoError for what is wrong with the input, before any frame is upscaled."""
     settings = settings_of(opts)
@@ -152,7 +151,7 @@ def finish(plan: Plan) -> None:
     shutil.rmtree(parts_folder(plan.out), ignore_errors=True)
 
 
-def result_of(up: Upscaler, plan: Plan, opts: BatchOptions, seconds: float, choice: object = None,
+def result_of(up: Upscaler, plan: Plan, opts: VideoOptions, seconds: float, choice: object = None,
               model: str = "") -> VideoResult:
     r = opts.request
     (oh, ow), _ = up.plan_size(plan.info.height, plan.info.width, r.scale, r.outscale, r.width, r.height)
@@ -170,7 +169,7 @@ def frame_bar(plan: Plan):  # noqa: ANN201 - a tqdm
 
 
 def upscale_video(
-    up: Upscaler, src: Path, out: Path, opts: BatchOptions, segment_frames: int = 0
+    up: Upscaler, src: Path, out: Path, opts: VideoOptions, segment_frames: int = 0
 ) -> VideoResult:
     """Upscale ``src`` into ``out`` (VideoError for this video's fault; nothing at ``out`` then)."""
     plan = plan_video(up, src, out, opts, segment_frames)

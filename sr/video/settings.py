@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ..request import UpscaleRequest
 
 # --video-codec NAME -> (FFmpeg encoder, default CRF). H.264 CRF 18 is the usual "visually lossless";
 # x265 and SVT-AV1 reach the same look at higher CRF numbers.
@@ -28,6 +32,17 @@ class VideoSettings:
     @property
     def quality(self) -> int:
         return self.crf if self.crf is not None else CODECS[self.codec][1]
+
+
+class VideoOptions(Protocol):
+    """What a video run reads from its caller's options (the batch's ``BatchOptions`` has these):
+    the request every frame is upscaled with and the encoding flags. A protocol, so that sr.video
+    stands below the batch that drives it."""
+
+    request: UpscaleRequest
+    video_codec: str
+    crf: int | None
+    frames: str | None
 
 
 def parse_frames(text: str) -> tuple[int, int | None]:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import shutil
 from typing import TYPE_CHECKING
 
-from . import VideoError
-from .run import parts_folder, upscale_video
+from ..video import VideoError
+from ..video.run import parts_folder, upscale_video
 
 if TYPE_CHECKING:
-    from ..batch.jobs import Job
-    from ..batch.options import BatchOptions
-    from ..batch.report import Stats
     from ..inference import Upscaler
+    from .jobs import Job
+    from .options import BatchOptions
+    from .report import Stats
 
 
 def run_videos(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOptions) -> None:

@@ -11,30 +11,30 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import VideoError
-from .run import finish, frame_bar, parts_folder, plan_video, result_of
+from ..video import VideoError
+from ..video.run import finish, frame_bar, parts_folder, plan_video, result_of
 
 if TYPE_CHECKING:
-    from ..batch.jobs import Job
-    from ..batch.options import BatchOptions
-    from ..batch.report import Stats
     from ..inference import Upscaler
+    from .jobs import Job
+    from .options import BatchOptions
+    from .report import Stats
 
 
 class SegmentActor:
     """One engine on a Ray worker; encodes whole segments into the shared segment folder."""
 
     def __init__(self, opts: BatchOptions, threads: int) -> None:
-        from ..batch.stages import make_upscaler
+        from .stages import make_upscaler
 
         self.opts = opts
         self.up = make_upscaler(opts, threads=threads)
 
     def encode(self, src: str, a: int, b: int, dest: str) -> tuple[int, str, str]:
         """Frames a..b-1 of ``src`` into ``dest``: (frames, model, auto's choice) or VideoError."""
-        from . import segments as seg
-        from .probe import probe
-        from .run import frame_upscaler, settings_of
+        from ..video import segments as seg
+        from ..video.probe import probe
+        from ..video.run import frame_upscaler, settings_of
 
         info = probe(Path(src))
         upscale = frame_upscaler(self.up, info, self.opts)
