@@ -73,12 +73,7 @@ def relative_cost(side: float, costs: Mapping[int, float]) -> float:
     """A tile's time per pixel at ``side`` (the square root of its area), interpolated linearly in a
     table of {tile side: time per pixel}; clamped to the table's ends outside it."""
     sides = sorted(costs)
-    if side <= sides[0]:
-        return costs[sides[0]]
-    for a, b in zip(sides, sides[1:], strict=False):
-        if side <= b:
-            return costs[a] + (costs[b] - costs[a]) * (side - a) / (b - a)
-    return costs[sides[-1]]
+    return float(np.interp(side, sides, [costs[s] for s in sides]))  # np.interp clamps at the ends
 
 
 def plan_cost(
