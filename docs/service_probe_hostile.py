@@ -1,14 +1,16 @@
 """Issue 54's hostile rows against a real `sr serve` (shipped asa-base x2, 1 worker, queue 4,
 SR_TIMEOUT_S=10), on loopback. Prints one line per row.
 
-    PYTHONPATH=. python docs/service_probe_hostile.py
+    PYTHONPATH=. python docs/service_probe_hostile.py [ROWS]    (e.g. F; default ABCDEFG)
 
 A: 20,000-scan progressive JPEG with a junk byte after APP0, then a small request.
 B: PNG with 3 compressed iTXt chunks of 12 MiB each.   C: 600x40 PNG, eXIf after IDAT (orientation 6),
 width=2100.   D: 51 uploads drip-feeding 1 byte every 5 s, /healthz polled meanwhile.
 E: a 146-byte two-iCCP PNG while four 19 MB SOI + 0xFF fill JPEGs are in flight.
-G: /v1/preview of a 4096^2 16-bit gray PNG (not the issue's RGBA one), server RSS (with its decoder
-children) before/after.
+F: 3 rounds of: worker and queue filled with 384x384 uploads, one more gets 503; its Retry-After
+against the real wait (from the 503 until the first admitted job answers).
+G: /v1/preview of a 4096^2 16-bit gray PNG and of the issue's 16-bit RGBA one, server RSS (with its
+decoder children) before/after.
 """
 
 import argparse
@@ -16,6 +18,7 @@ import io
 import os
 import socket
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -25,6 +28,7 @@ from PIL import Image
 
 from sr.bench import serve as b
 
+ROWS = set("".join(sys.argv[1:]).upper()) or set("ABCDEFG")
 args = argparse.Namespace(device="cpu", workers=1, queue=None, threads=1)
 port = b.free_port()
 base = f"http://127.0.0.1:{port}"
@@ -47,10 +51,7 @@ def post(data, name="a.png", path="upscale", **fields):
 
 
 def tree_rss_mb(pid):
-    total = b.rss_bytes(pid) or 0
-    for child in open(f"/proc/{pid}/task/{pid}/children").read().split():
-        total += b.rss_bytes(int(child)) or 0
-    return total / 2**20
+    return (b.tree_rss_bytes(pid) or 0) / 2**20
 
 
 def timed(fn):
@@ -60,92 +61,130 @@ def timed(fn):
 
 
 try:
-    bomb = b.scan_bomb_jpeg(1024, 20_000)
-    app0_end = 4 + int.from_bytes(bomb[4:6], "big")
-    junk = bomb[:app0_end] + b"\x00" + bomb[app0_end:]
-    r, dt = timed(lambda: post(junk, "a.jpg"))
-    s, ds = timed(lambda: post(png(64, 64)))
-    print(f"A: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:70]}); "
-          f"next 64x64: {s.status_code} in {ds:.2f} s")
+    if "A" in ROWS:
+        bomb = b.scan_bomb_jpeg(1024, 20_000)
+        app0_end = 4 + int.from_bytes(bomb[4:6], "big")
+        junk = bomb[:app0_end] + b"\x00" + bomb[app0_end:]
+        r, dt = timed(lambda: post(junk, "a.jpg"))
+        s, ds = timed(lambda: post(png(64, 64)))
+        print(f"A: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:70]}); "
+              f"next 64x64: {s.status_code} in {ds:.2f} s")
 
-    small = png(16, 16)
-    body = b"Comment\x00\x01\x00en\x00\x00" + zlib.compress(bytes(12 * 2**20), 9)
-    itxt = small[:33] + chunk(b"iTXt", body) * 3 + small[33:]
-    r, dt = timed(lambda: post(itxt))
-    print(f"B: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:80]})")
+    if "B" in ROWS:
+        small = png(16, 16)
+        body = b"Comment\x00\x01\x00en\x00\x00" + zlib.compress(bytes(12 * 2**20), 9)
+        itxt = small[:33] + chunk(b"iTXt", body) * 3 + small[33:]
+        r, dt = timed(lambda: post(itxt))
+        print(f"B: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:80]})")
 
-    exif = Image.Exif()
-    exif[0x0112] = 6
-    strip = png(600, 40)
-    late = strip[:-12] + chunk(b"eXIf", exif.tobytes()[6:]) + strip[-12:]
-    rss0 = tree_rss_mb(proc.pid)
-    r, dt = timed(lambda: post(late, width="2100"))
-    print(f"C: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:90]}); RSS {rss0:.0f} -> "
-          f"{tree_rss_mb(proc.pid):.0f} MB")
+    if "C" in ROWS:
+        exif = Image.Exif()
+        exif[0x0112] = 6
+        strip = png(600, 40)
+        late = strip[:-12] + chunk(b"eXIf", exif.tobytes()[6:]) + strip[-12:]
+        rss0 = tree_rss_mb(proc.pid)
+        r, dt = timed(lambda: post(late, width="2100"))
+        print(f"C: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:90]}); RSS {rss0:.0f} -> "
+              f"{tree_rss_mb(proc.pid):.0f} MB")
 
-    host = "127.0.0.1"
-    socks, codes, health = [], [], []
-    head = (b"POST /v1/upscale HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
-            b"Content-Type: multipart/form-data; boundary=b\r\n\r\n")
-    for _ in range(51):
-        s_ = socket.create_connection((host, port), timeout=60)
-        s_.sendall(head + b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n\r\n')
-        socks.append(s_)
-    t_end = time.monotonic() + 20
-    while time.monotonic() < t_end:
-        h, dh = timed(lambda: httpx.get(f"{base}/healthz", timeout=10))
-        health.append((h.status_code, dh))
+    if "D" in ROWS:
+        host = "127.0.0.1"
+        socks, codes, health = [], [], []
+        head = (b"POST /v1/upscale HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
+                b"Content-Type: multipart/form-data; boundary=b\r\n\r\n")
+        for _ in range(51):
+            s_ = socket.create_connection((host, port), timeout=60)
+            s_.sendall(head + b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n\r\n')
+            socks.append(s_)
+        t_end = time.monotonic() + 20
+        while time.monotonic() < t_end:
+            h, dh = timed(lambda: httpx.get(f"{base}/healthz", timeout=10))
+            health.append((h.status_code, dh))
+            for s_ in socks:
+                try:
+                    s_.send(b"x")
+                except OSError:
+                    pass
+            time.sleep(1)
         for s_ in socks:
+            s_.settimeout(0.5)
             try:
-                s_.send(b"x")
+                first = s_.recv(4096)
+                codes.append(first.split(b" ", 2)[1].decode() if first else "closed")
             except OSError:
-                pass
-        time.sleep(1)
-    for s_ in socks:
-        s_.settimeout(0.5)
-        try:
-            first = s_.recv(4096)
-            codes.append(first.split(b" ", 2)[1].decode() if first else "closed")
-        except OSError:
-            codes.append("open")
-        s_.close()
-    r = post(png(16, 16))
-    retry = list(codes)
-    print(f"D: healthz {sorted({c for c, _ in health})} max {max(d for _, d in health):.2f} s over 20 s; "
-          f"slow uploads answered {dict((c, retry.count(c)) for c in set(retry))}; "
-          f"then a normal upload {r.status_code}")
+                codes.append("open")
+            s_.close()
+        r = post(png(16, 16))
+        retry = list(codes)
+        print(f"D: healthz {sorted({c for c, _ in health})} max {max(d for _, d in health):.2f} s over 20 s; "
+              f"slow uploads answered {dict((c, retry.count(c)) for c in set(retry))}; "
+              f"then a normal upload {r.status_code}")
 
-    fill = b"\xff\xd8" + b"\xff" * (19 * 2**20) + b.scan_bomb_jpeg(64, 0)[2:]
-    ts = [threading.Thread(target=lambda: post(fill, "f.jpg")) for _ in range(4)]
-    for t in ts:
-        t.start()
-    time.sleep(1.0)
-    two = b.iccp_bomb_png(2, inflated=16)
-    r, dt = timed(lambda: post(two))
-    for t in ts:
-        t.join()
-    print(f"E: {len(two)}-byte two-iCCP PNG {r.status_code} in {dt:.2f} s "
-          "with four 19 MB fill JPEGs in flight")
+    if "E" in ROWS:
+        fill = b"\xff\xd8" + b"\xff" * (19 * 2**20) + b.scan_bomb_jpeg(64, 0)[2:]
+        ts = [threading.Thread(target=lambda: post(fill, "f.jpg")) for _ in range(4)]
+        for t in ts:
+            t.start()
+        time.sleep(1.0)
+        two = b.iccp_bomb_png(2, inflated=16)
+        r, dt = timed(lambda: post(two))
+        for t in ts:
+            t.join()
+        print(f"E: {len(two)}-byte two-iCCP PNG {r.status_code} in {dt:.2f} s "
+              "with four 19 MB fill JPEGs in flight")
 
-    buf = io.BytesIO()
-    Image.new("I;16", (4096, 4096), 1000).save(buf, format="PNG")
-    rss0 = tree_rss_mb(proc.pid)
-    peak = [rss0]
-    stop = threading.Event()
+    if "F" in ROWS:
+        job = png(384, 384)
+        for _ in range(3):  # the work model learns this machine's current speed from a few jobs
+            post(job)
+        for round_ in range(3):
+            answers, answered = [], threading.Event()
 
-    def sample():
-        while not stop.is_set():
-            peak.append(tree_rss_mb(proc.pid))
-            time.sleep(0.05)
+            def admitted(answers=answers, answered=answered):
+                r = post(job)
+                answers.append((time.monotonic(), r.status_code))
+                answered.set()
 
-    th = threading.Thread(target=sample)
-    th.start()
-    r, dt = timed(lambda: post(buf.getvalue(), path="preview"))
-    stop.set()
-    th.join()
-    print(f"G: preview of a 4096^2 16-bit PNG ({len(buf.getvalue()) // 1024} KB): "
-          f"{r.status_code} in {dt:.2f} s; "
-          f"server+children RSS {rss0:.0f} -> peak {max(peak):.0f} -> {tree_rss_mb(proc.pid):.0f} MB; "
-          f"server alone {b.rss_bytes(proc.pid) / 2**20:.0f} MB")
+            ts = [threading.Thread(target=admitted) for _ in range(5)]  # 1 worker + 4 queued
+            for t in ts:
+                t.start()
+            while True:
+                jobs = httpx.get(f"{base}/healthz", timeout=10).json()["jobs"]
+                if jobs["running"] + jobs["waiting"] >= 5 or answered.is_set():
+                    break
+                time.sleep(0.02)
+            r = post(job)
+            refused_at = time.monotonic()
+            answered.wait(120)
+            waited = answers[0][0] - refused_at
+            for t in ts:
+                t.join()
+            retry_after = int(r.headers.get("retry-after", "0"))
+            print(f"F{round_ + 1}: {r.status_code} Retry-After {retry_after} s; a slot freed after "
+                  f"{waited:.2f} s (ratio {retry_after / max(waited, 1e-3):.2f}); admitted: "
+                  f"{sorted(c for _, c in answers)}")
+
+    if "G" in ROWS:
+        buf = io.BytesIO()
+        Image.new("I;16", (4096, 4096), 1000).save(buf, format="PNG")
+        for name, data in (("16-bit gray", buf.getvalue()), ("16-bit RGBA", b.rgba16_png(4096))):
+            rss0 = tree_rss_mb(proc.pid)
+            peak = [rss0]
+            stop = threading.Event()
+
+            def sample(stop=stop, peak=peak):
+                while not stop.is_set():
+                    peak.append(tree_rss_mb(proc.pid))
+                    time.sleep(0.05)
+
+            th = threading.Thread(target=sample)
+            th.start()
+            r, dt = timed(lambda data=data: post(data, path="preview"))
+            stop.set()
+            th.join()
+            print(f"G: preview of a 4096^2 {name} PNG ({len(data) // 1024} KB): {r.status_code} in "
+                  f"{dt:.2f} s; server+children RSS {rss0:.0f} -> peak {max(peak):.0f} -> "
+                  f"{tree_rss_mb(proc.pid):.0f} MB; "
+                  f"server alone {b.rss_bytes(proc.pid) / 2**20:.0f} MB")
 finally:
     b.stop_process(proc)
