@@ -52,6 +52,15 @@ EMA_WEIGHT = 0.2
 # it and ran to a 504 (issue 54's soak: 18 of 298 requests).
 LOAD_WEIGHT = 1 / 3
 LOAD_RANGE = (0.05, 20.0)
+# The load is a ratio measured on the jobs that ran, and it does not carry to a far bigger job: a
+# 64x64 upload ran at 0.7x its predicted network time, a 1536^2 one at 1.04x (asa-base x2, one
+# thread, idle), so a stream of small jobs talked the load down to 0.7 and a 67-MP job was predicted
+# at 22 s, admitted under a 30-s limit and ran into a 504 (issue 54's soak: 21 of 25). A job more
+# than EXTRAPOLATE_ABOVE times the network work of the biggest recent teacher is predicted at no
+# less than the start-up speed, with a margin; the teacher's size fades by TAUGHT_DECAY per job.
+EXTRAPOLATE_ABOVE = 4.0
+EXTRAPOLATION_MARGIN = 1.25
+TAUGHT_DECAY = 0.98
 FACTOR_RANGE = (0.02, 50.0)       # one odd job (a swapped-out page, a cold cache) moves it only so far
 MAX_RETRY_AFTER_S = 3600
 DISCONNECT_POLL_S = 0.25
@@ -110,6 +119,9 @@ class WorkModel:
 
     A job stopped at the time limit still says something: it ran ``elapsed`` seconds and was not
     done. When that is more than its prediction, :meth:`overran` moves the load towards it.
+
+    The load is only trusted for jobs of the size that taught it (:meth:`load_for`): a job far
+    bigger than any recent one is predicted at no less than the start-up speed, times a margin.
     """
 
     def __init__(self) -> None:
@@ -117,6 +129,7 @@ class WorkModel:
         self.forward_factor = 1.0
         self.mp_factor = 1.0
         self.load = 1.0
+        self.taught = 0.0  # network seconds (calibrated) of the biggest recent job that taught the load
         self._seen = 0
 
     @staticmethod
@@ -130,8 +143,20 @@ class WorkModel:
         _, forwards, per_mp = self.parts(work)
         return self.forward_factor * forwards + self.mp_factor * per_mp
 
+    def load_for(self, network: float) -> float:
+        """The load to predict ``network`` calibrated seconds of network work with: the learnt one
+        within EXTRAPOLATE_ABOVE of the jobs that taught it, else at least 1 (the start-up speed),
+        times EXTRAPOLATION_MARGIN. Before any measurement the priors stand as they are."""
+        if self.taught > 0 and network > EXTRAPOLATE_ABOVE * self.taught:
+            return max(self.load, 1.0) * EXTRAPOLATION_MARGIN
+        return self.load
+
     def predict(self, work: Work) -> float:
-        return self.fixed_factor * self.parts(work)[0] + self.load * self._network(work)
+        network = self._network(work)
+        return self.fixed_factor * self.parts(work)[0] + self.load_for(network) * network
+
+    def _taught_by(self, network: float) -> None:
+        self.taught = max(self.taught * TAUGHT_DECAY, network)
 
     def calibrate(self, square: tuple[Work, float], strip: tuple[Work, float]) -> None:
         """Forward and megapixel factors from two timed network runs (no fixed cost: no HTTP, no
@@ -149,6 +174,7 @@ class WorkModel:
         self.mp_factor, self.forward_factor = min(max(mp, low), high), min(max(fw, low), high)
         self.fixed_factor = self.mp_factor  # until jobs teach it: the same machine speed
         self.load = 1.0
+        self.taught = max(self._network(square[0]), self._network(strip[0]))
 
     def learn(self, work: Work, elapsed: float, network_s: float | None = None,
               weight: float = EMA_WEIGHT) -> None:
@@ -167,6 +193,7 @@ class WorkModel:
             rest = max(elapsed - network_s, 0.0)
             self.fixed_factor = _moved(self.fixed_factor, rest / fixed, max(weight, first), FACTOR_RANGE)
             self.load = _moved(self.load, network_s / network, max(LOAD_WEIGHT, first), LOAD_RANGE)
+            self._taught_by(network)
             return
         predicted = self.predict(work)
         name = self._dominant(work)
@@ -182,13 +209,14 @@ class WorkModel:
         if elapsed <= predicted or network <= 0:
             return
         needed = (elapsed - self.fixed_factor * self.parts(work)[0]) / network
-        self.load = _moved(self.load, needed, LOAD_WEIGHT, LOAD_RANGE)
+        self.load = _moved(self.load, needed, LOAD_WEIGHT, LOAD_RANGE)  # a lower bound: not a teacher
 
     def _dominant(self, work: Work) -> str:
         fixed, forwards, per_mp = self.parts(work)
+        load = self.load_for(self._network(work))
         shares = {"fixed_factor": self.fixed_factor * fixed,
-                  "forward_factor": self.load * self.forward_factor * forwards,
-                  "mp_factor": self.load * self.mp_factor * per_mp}
+                  "forward_factor": load * self.forward_factor * forwards,
+                  "mp_factor": load * self.mp_factor * per_mp}
         return max(shares, key=shares.__getitem__)
 
 

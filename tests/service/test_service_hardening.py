@@ -165,6 +165,7 @@ def test_retry_after_counts_the_queued_work(make_client, make_image, gate_jobs) 
     client = make_client(workers=1, max_queue=1)
     model = client.app.state.service.pool.model
     model.fixed_factor = model.forward_factor = model.mp_factor = 1.0  # the priors, not this machine's
+    model.taught = 0.0  # as if nothing were measured: no extrapolation margin
     png = make_image(256, 256)  # x2 with tta: 2.1 megapixels of work each, ~2.7 s at the prior rate
     done: list = []
     threads = [threading.Thread(target=lambda: done.append(_post(client, png, **LONG_JOB))) for _ in range(2)]
