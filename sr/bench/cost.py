@@ -9,7 +9,11 @@ channels-last layout and attention path) on one tile of a photograph, twice:
   returns its input), i.e. the convolutions, residual adds and pixel shuffle alone.
 
 The attention's share is ``(forward - conv body) / forward``: what the attention blocks add to a
-forward (their q/k/v and output convs, routing, gathers, attention and upsampling). The conv body's
+forward (their q/k/v and output convs, routing, gathers, attention and upsampling). A third arm,
+**core free**, runs the whole network with the routed attention's core (the tiered path's gathers,
+scores, softmax, weighted sums and scatter: :func:`~sr.models.attention.routing.tiered_attention`)
+replaced by zeros of its output's shape: its share is what would remain if a kernel for the core
+cost nothing, i.e. the floor that no faster core can go below. The conv body's
 convolutions are counted (multiply-accumulates per conv from its output size, kernel and groups) and
 divided by the conv body's time: the achieved conv TFLOP/s, shown against the CPU's measured GEMM
 peak in the same dtype and thread count (a large square matmul, ``--peak-size``), which is what
@@ -38,7 +42,7 @@ from torch import nn
 from ..errors import CLIError
 from ..inference.engine import UpscaleError, Upscaler
 from ..inference.precision import DTYPES
-from ..models.attention import AttentionBranch
+from ..models.attention import AttentionBranch, routing
 from ..tooling import set_threads, write_json
 from .attention import Clock, run_config
 
@@ -54,6 +58,8 @@ class CostRow:
     forward_ms: float
     body_ms: float
     attention_share: float  # (forward - body) / forward
+    free_core_ms: float  # the forward with the routed core replaced by zeros
+    free_core_share: float  # (free core - body) / free core: the share no faster core removes
     conv_gmacs: float  # multiply-accumulates of the conv body's convolutions, 1e9
     conv_tflops: float  # 2 * conv MACs / body time
     peak_tflops: float  # the CPU's measured GEMM peak in this dtype
@@ -102,6 +108,22 @@ def attention_bypassed(net: nn.Module) -> Iterator[int]:
     finally:
         for m in blocks:
             del m.forward
+
+
+@contextlib.contextmanager
+def routed_core_free() -> Iterator[None]:
+    """While inside, the tiered routed attention's core returns zeros at once (its output's shape and
+    dtype): what is left of a forward is everything around the core."""
+    original = routing.tiered_attention
+
+    def free(q_rows: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        return torch.zeros_like(q_rows)
+
+    routing.tiered_attention = free  # routed_attention looks it up in its module at each call
+    try:
+        yield
+    finally:
+        routing.tiered_attention = original
 
 
 @torch.no_grad()
@@ -160,8 +182,9 @@ def centre_tile(picture: torch.Tensor, side: int) -> torch.Tensor:
     return picture[:, :, top : top + side, left : left + side]
 
 
-def measure(net: nn.Module, x: torch.Tensor, clock: Clock, rounds: int) -> tuple[float, float]:
-    """(forward, conv body) seconds: medians of ``rounds`` interleaved rounds, order alternating."""
+def measure(net: nn.Module, x: torch.Tensor, clock: Clock, rounds: int) -> tuple[float, float, float]:
+    """(forward, conv body, core free) seconds: medians of ``rounds`` interleaved rounds, order
+    alternating."""
     def forward() -> object:
         return net(x)
 
@@ -169,7 +192,11 @@ def measure(net: nn.Module, x: torch.Tensor, clock: Clock, rounds: int) -> tuple
         with attention_bypassed(net):
             return net(x)
 
-    arms: dict[str, Callable[[], object]] = {"forward": forward, "body": body}
+    def core_free() -> object:
+        with routed_core_free():
+            return net(x)
+
+    arms: dict[str, Callable[[], object]] = {"forward": forward, "body": body, "core_free": core_free}
     for fn in arms.values():
         fn()  # warm-up: kernel choice, allocator
     times: dict[str, list[float]] = {k: [] for k in arms}
@@ -177,7 +204,7 @@ def measure(net: nn.Module, x: torch.Tensor, clock: Clock, rounds: int) -> tuple
         order = list(arms) if r % 2 == 0 else list(reversed(arms))
         for name in order:
             times[name].append(clock(arms[name]))
-    return statistics.median(times["forward"]), statistics.median(times["body"])
+    return tuple(statistics.median(times[name]) for name in arms)  # type: ignore[return-value]
 
 
 def cost_row(name: str, precision: str, tile: int, net: nn.Module, picture: torch.Tensor, clock: Clock,
@@ -187,22 +214,23 @@ def cost_row(name: str, precision: str, tile: int, net: nn.Module, picture: torc
     with torch.inference_mode():
         with attention_bypassed(net) as blocks:
             macs = conv_macs(net, x)
-        fwd, body = measure(net, x, clock, rounds)
+        fwd, body, free = measure(net, x, clock, rounds)
     return CostRow(
         model=name, precision=precision, tile=tile, forward_ms=fwd * 1e3, body_ms=body * 1e3,
-        attention_share=max(0.0, (fwd - body) / fwd), conv_gmacs=macs / 1e9,
+        attention_share=max(0.0, (fwd - body) / fwd), free_core_ms=free * 1e3,
+        free_core_share=max(0.0, (free - body) / free), conv_gmacs=macs / 1e9,
         conv_tflops=2 * macs / max(body, 1e-9) / 1e12, peak_tflops=peak, attention_blocks=blocks,
     )
 
 
 def table(rows: list[CostRow]) -> str:
-    head = ("| model | precision | tile | forward ms | conv body ms | attention share | conv TFLOP/s "
-            "| of GEMM peak |")
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    head = ("| model | precision | tile | forward ms | conv body ms | attention share | share, core free "
+            "| conv TFLOP/s | of GEMM peak |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r.model} | {r.precision} | {r.tile}^2 | {r.forward_ms:.1f} | {r.body_ms:.1f} "
-            f"| {100 * r.attention_share:.0f}% | {r.conv_tflops:.2f} "
+            f"| {100 * r.attention_share:.0f}% | {100 * r.free_core_share:.0f}% | {r.conv_tflops:.2f} "
             f"| {100 * r.conv_tflops / r.peak_tflops:.0f}% of {r.peak_tflops:.2f} |"
         )
     return "\n".join(lines)
@@ -249,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
                 row = cost_row(name, precision, tile, net, picture, clock, args.rounds, peaks[precision])
                 rows.append(row)
                 print(f"  {name} {precision} {tile}^2: forward {row.forward_ms:.1f} ms, "
-                      f"body {row.body_ms:.1f} ms", flush=True)
+                      f"body {row.body_ms:.1f} ms, core free {row.free_core_ms:.1f} ms", flush=True)
     print(table(rows))
     if args.json:
         write_json(args.json, {"config": run_config(args, device), "peaks_tflops": peaks,

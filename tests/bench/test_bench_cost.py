@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from sr.bench.cost import attention_bypassed, conv_macs
+from sr.bench.cost import attention_bypassed, conv_macs, routed_core_free
 from sr.cli import main
 from sr.models.attention import AttentionBranch
 from sr.models.registry import build_model
@@ -41,6 +41,28 @@ def test_bypass_makes_every_attention_block_return_its_input_and_restores_it():
     assert not any("forward" in vars(m) for m in net.modules())
 
 
+def test_core_free_zeroes_only_the_routed_core_and_restores_it():
+    """With the core free, each attention block adds proj(lepe(v)) alone: checked against a network
+    whose core output is zero by hand (every region's budget 0), and the core comes back after."""
+    torch.manual_seed(0)
+    net = build_model("asa-base-x2").eval()
+    blocks = [m for m in net.modules() if isinstance(m, AttentionBranch)]
+    for m in blocks:
+        nn.init.normal_(m.proj.weight, std=0.5)
+    x = torch.rand(1, 3, 32, 32)
+    with torch.no_grad():
+        before = net(x)
+        with routed_core_free():
+            free = net(x)
+        for m in blocks:  # the same by hand: a budget of 0 skips the core (its output is zero)
+            m.set_budget(0)
+        skipped = net(x)
+        after_budget = [m.budget for m in blocks]
+    assert after_budget == [0.0, 0.0]
+    torch.testing.assert_close(free, skipped, rtol=0, atol=0)
+    assert (free - before).abs().max() > 1e-3  # the core did contribute before
+
+
 def test_conv_macs_counts_kernels_groups_and_output_size():
     net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1, groups=8),
                         nn.Conv2d(8, 4, 1), nn.ReLU())
@@ -55,7 +77,7 @@ def test_tiny_run_prints_the_table_and_writes_json(tmp_path, capsys):
                "--rounds", "2", "--peak-size", "128", "--json", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
-    assert "| asa-base-x2 | fp32 | 32^2 |" in text and "attention share" in text
+    assert "| asa-base-x2 | fp32 | 32^2 |" in text and "attention share" in text and "core free" in text
     data = json.loads(out.read_text())
     rows = {r["tile"]: r for r in data["rows"]}
     assert set(rows) == {32, 48}
@@ -64,6 +86,7 @@ def test_tiny_run_prints_the_table_and_writes_json(tmp_path, capsys):
     for tile, r in rows.items():
         assert r["conv_gmacs"] * 1e9 == pytest.approx(per_pixel * tile * tile)
         assert r["forward_ms"] > 0 and r["body_ms"] > 0 and 0 <= r["attention_share"] < 1
+        assert r["free_core_ms"] > 0 and 0 <= r["free_core_share"] < 1
         assert r["attention_blocks"] == 2 and r["peak_tflops"] > 0
         assert r["conv_tflops"] == pytest.approx(2 * r["conv_gmacs"] * 1e9 / (r["body_ms"] / 1e3) / 1e12)
     assert data["config"]["threads"] == 1
