@@ -135,8 +135,8 @@ def payloads(size: int) -> dict[str, tuple[str, bytes, dict[str, str], int]]:
     }
 
 
-def hostile_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int]]:
-    """kind -> (file name, bytes, form fields, expected status): requests that cost little to send
+def hostile_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int | tuple[int, ...]]]:
+    """kind -> (file name, bytes, form fields, expected status or statuses): requests that cost little to send
     and would buy long work or hold a connection without the guards of issues 30 and 45."""
     from PIL import Image
 
@@ -151,9 +151,11 @@ def hostile_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int]]:
     return {
         "scan-bomb": ("bomb.jpg", scan_bomb_jpeg(4096, 3000), {}, 422),
         "icc-bomb": ("bomb.png", iccp_bomb_png(300), {}, 422),
-        "pixel-bomb": ("big.png", png(4096, 4096), {}, 422),        # 58 KB, 67 MP of output
+        # Near the soak's 30-s limit on 1-2 CPU threads: refused (422) when predicted over it, served
+        # when not; a 504 (admitted, then over the limit) is the failure, counted as a 5xx.
+        "pixel-bomb": ("big.png", png(4096, 4096), {}, (422, 200)),  # 58 KB, 67 MP of output
         "overrun": ("tta.png", png(2048, 2048), {"tta": "true"}, 422),  # at the work limit, ~10 min
-        "strip": ("strip.png", png(2_000_000, 1), {}, 422),          # ~4000 tiles
+        "strip": ("strip.png", png(2_000_000, 1), {}, (422, 200)),   # ~4000 tiles
         "forged-jpeg": ("forged.jpg", forged, {}, 400),
     }
 
@@ -481,12 +483,17 @@ def _pct(values: list[float], q: float) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def summarize(results: list[tuple], elapsed: float, expected: dict[str, int], rss: list[int],
-              rss_base: int | None, healthy: bool) -> dict[str, Any]:
+def _statuses(expected: int | tuple[int, ...]) -> tuple[int, ...]:
+    return expected if isinstance(expected, tuple) else (expected,)
+
+
+def summarize(results: list[tuple], elapsed: float, expected: dict[str, int | tuple[int, ...]],
+              rss: list[int], rss_base: int | None, healthy: bool) -> dict[str, Any]:
     lat_all = [r[2] * 1e3 for r in results]
     lat_ok = [r[2] * 1e3 for r in results if r[1] == 200]
     counts = Counter(str(r[1]) for r in results)
-    unexpected = Counter(f"{r[0]}:{r[1]}" for r in results if r[1] != expected[r[0]] and r[1] != 503)
+    unexpected = Counter(f"{r[0]}:{r[1]}" for r in results
+                         if r[1] not in _statuses(expected[r[0]]) and r[1] != 503)
     ok = sum(1 for r in results if r[1] == 200)
     end = rss[-1] if rss else None
     growth = (end - rss_base) if (end is not None and rss_base is not None) else None

@@ -363,3 +363,30 @@ def test_a_job_that_would_overrun_on_the_loaded_machine_gets_503_not_admission()
 
     asyncio.run(main())
     pool.shutdown()
+
+
+def test_freed_memory_is_returned_after_big_jobs_only(monkeypatch) -> None:
+    """A job that decoded or encoded >= 1 MP hands the allocator's free pages back (the soak's RSS
+    creep); small jobs, most of the traffic, do not pay for the trim. And the trim itself works:
+    where glibc has it, freed arrays leave the process's RSS."""
+    import sr.service.jobs as jobs
+
+    trims: list[int] = []
+    monkeypatch.setattr(jobs, "return_freed_memory", lambda: trims.append(1))
+    pool = JobPool(workers=1, max_queue=1)
+
+    async def main() -> None:
+        await pool.run(lambda: None, timeout=10, work=Work(forwards=1, tiled_mp=0.02, io_mp=0.02))
+        assert trims == []
+        await pool.run(lambda: None, timeout=10, work=Work(forwards=4, tiled_mp=4.0, io_mp=5.0))
+        assert trims == [1]
+        with pytest.raises(ValueError):  # a job failing on its input still frees what it held
+            await pool.run(_raise_value_error, timeout=10, work=Work(forwards=4, tiled_mp=4.0, io_mp=5.0))
+        assert trims == [1, 1]
+
+    asyncio.run(main())
+    pool.shutdown()
+
+
+def _raise_value_error() -> None:
+    raise ValueError("bad input")
