@@ -19,7 +19,7 @@ from .errors import CLIError as CLIError
 COMMANDS: dict[str, tuple[str, str]] = {
     "upscale": ("upscale", "upscale images, folders or globs"),
     "eval": ("evaluate", "PSNR/SSIM of a model or bicubic on HR image folders"),
-    "degrade": ("degrade", "build seeded degraded LR sets (web, mild, medium, heavy JPEGs) from HR folders"),
+    "degrade": ("degrade", "build seeded degraded LR sets (web, mild, medium, heavy, chain) from HR folders"),
     "train": ("train", "train a model (config file and/or flags)"),
     "export": ("export", "export a training checkpoint's EMA weights to safetensors"),
     "info": ("info", "architecture, params and MACs of a model name or weights file"),

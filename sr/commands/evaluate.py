@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--degrade", metavar="LEVEL",
-        help="score seeded degraded LR sets instead: web, mild, medium, heavy, a comma list or all "
+        help="score seeded degraded LR sets instead: web, mild, medium, heavy, chain, a comma list or all "
              "(built once into --degrade-dir, as `sr degrade` builds them; not with --lr)",
     )
     p.add_argument("--degrade-seed", type=int, default=None, metavar="N",

@@ -72,10 +72,17 @@ class DegradeConfig:
     second_blur_sigma: tuple[float, float] = (0.2, 0.6)
     second_gauss_sigma: tuple[float, float] = (1.0, 8.0)
     second_jpeg_quality: tuple[int, int] = (60, 95)
+    # A chain of saves (issue 53): the camera's own JPEG of the full-size photo before an app shrinks
+    # and saves it again. Of the non-clean samples, the share that starts from such a file.
+    camera_jpeg_prob: float = 0.0
+    camera_jpeg_quality: tuple[int, int] = (85, 95)
+    # Chroma subsampling of the last JPEG, one drawn per sample: libjpeg's default 4:2:0 halves the
+    # colour resolution both ways; some apps and cameras keep 4:4:4 or 4:2:2.
+    subsampling: tuple[str, ...] = ("4:2:0",)
 
     def __post_init__(self) -> None:
         for name in ("clean_share", "sharp_share", "blur_prob", "aniso_prob", "noise_prob", "gray_noise_prob",
-                     "poisson_prob", "jpeg_prob", "second_prob"):
+                     "poisson_prob", "jpeg_prob", "second_prob", "camera_jpeg_prob"):
             v = getattr(self, name)
             if not 0 <= v <= 1:
                 raise ValueError(f"{name} must lie in [0, 1], got {v}")
@@ -95,13 +102,19 @@ class DegradeConfig:
             if not (lo > 0 if positive else lo >= 0) or lo > hi:
                 kind = "positive" if positive else "non-negative"
                 raise ValueError(f"{name} must be a range (low <= high) of {kind} values, got {(lo, hi)}")
-        for name in ("jpeg_quality", "second_jpeg_quality"):
+        bad = [m for m in self.subsampling if m not in SUBSAMPLING]
+        if bad or not self.subsampling:
+            raise ValueError(f"subsampling must name one or more of {', '.join(SUBSAMPLING)}, got "
+                             f"{self.subsampling}")
+        for name in ("jpeg_quality", "second_jpeg_quality", "camera_jpeg_quality"):
             lo, hi = getattr(self, name)
             if not 1 <= lo <= hi <= 100:
                 raise ValueError(f"{name} must be a range within 1..100, got {getattr(self, name)}")
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields, less those added after sets and pools were first recorded while they keep their
+        defaults: the manifests of degraded sets and the keys of cached pools made before stay valid."""
+        return _without_later_defaults(self)
 
 
 @dataclass
@@ -115,9 +128,24 @@ class DegradeParams:
     poisson: float | None = None  # photon peak at full scale
     jpeg: int | None = None
     second: dict | None = field(default=None)  # {"blur": sigma LR px | None, "gauss": ..., "jpeg": q}
+    camera_jpeg: int | None = None  # quality of a JPEG saved at full size before the resize
+    subsampling: str = "4:2:0"  # of the last JPEG
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return _without_later_defaults(self)
+
+
+SUBSAMPLING = ("4:2:0", "4:2:2", "4:4:4")
+# Fields added later (issue 53's save chains), written only where they differ from their defaults.
+_LATER_FIELDS = {"camera_jpeg_prob", "camera_jpeg_quality", "subsampling", "camera_jpeg"}
+
+
+def _without_later_defaults(record: DegradeConfig | DegradeParams) -> dict:
+    out = dataclasses.asdict(record)
+    for f in dataclasses.fields(record):
+        if f.name in _LATER_FIELDS and getattr(record, f.name) == f.default:
+            del out[f.name]
+    return out
 
 
 # -- the steps ----------------------------------------------------------------------------------------
@@ -174,10 +202,11 @@ def to_uint8(img: np.ndarray) -> np.ndarray:
     return np.clip(np.round(img * 255.0), 0, 255).astype(np.uint8)
 
 
-def jpeg_bytes(img: np.ndarray, quality: int) -> bytes:
-    """uint8 RGB -> a baseline JPEG at ``quality`` through Pillow/libjpeg (4:2:0, as the web saves)."""
+def jpeg_bytes(img: np.ndarray, quality: int, subsampling: str = "4:2:0") -> bytes:
+    """uint8 RGB -> a baseline JPEG at ``quality`` through Pillow/libjpeg (chroma 4:2:0 by default, as
+    the web saves)."""
     buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="JPEG", quality=int(quality))
+    Image.fromarray(img).save(buf, format="JPEG", quality=int(quality), subsampling=subsampling)
     return buf.getvalue()
 
 
@@ -186,9 +215,9 @@ def decode_jpeg(data: bytes) -> np.ndarray:
         return np.asarray(im.convert("RGB"))
 
 
-def jpeg(img: np.ndarray, quality: int) -> np.ndarray:
+def jpeg(img: np.ndarray, quality: int, subsampling: str = "4:2:0") -> np.ndarray:
     """uint8 RGB through one JPEG encode/decode at ``quality``."""
-    return decode_jpeg(jpeg_bytes(img, quality))
+    return decode_jpeg(jpeg_bytes(img, quality, subsampling))
 
 
 # -- sampling and applying ------------------------------------------------------------------------------
@@ -218,8 +247,15 @@ def sample_params(cfg: DegradeConfig, scale: int, rng: np.random.Generator) -> D
     }
     # drawn only where the config uses it: configs without a sharp share keep their streams as they were
     sharp = cfg.sharp_share > 0 and bool(rng.random() < cfg.sharp_share)
+    # the same for the save chain and the subsampling, drawn after every older draw
+    camera = None
+    if cfg.camera_jpeg_prob > 0 and rng.random() < cfg.camera_jpeg_prob:
+        camera = int(rng.integers(cfg.camera_jpeg_quality[0], cfg.camera_jpeg_quality[1] + 1))
+    subsampling = cfg.subsampling[int(rng.integers(len(cfg.subsampling)))] if len(cfg.subsampling) > 1 \
+        else cfg.subsampling[0]
     if p.clean:
         return p
+    p.camera_jpeg, p.subsampling = camera, subsampling
     if sharp:  # resized and saved, nothing more: a sharp photo shrunk by an app
         p.resize = kernel
         p.jpeg = quality if u[6] < cfg.jpeg_prob else None
@@ -257,6 +293,8 @@ def apply_with_file(
         raise ValueError(f"expected uint8 (H, W, 3), got {hr.dtype} {hr.shape}")
     if params.clean:
         return imresize(hr, 1 / scale), None  # bit for bit the benchmark's LR maker
+    if params.camera_jpeg is not None:  # the camera's full-size file (4:2:0, as cameras save)
+        hr = jpeg(hr, params.camera_jpeg)
     x = hr.astype(np.float32) / 255.0
     if params.blur is not None:
         x = blur(x, gaussian_kernel(*params.blur))
@@ -267,7 +305,8 @@ def apply_with_file(
         x = add_poisson_noise(x, params.poisson, rng)
     lr, data = to_uint8(x), None
     if params.jpeg is not None:
-        data = jpeg_bytes(lr, params.jpeg)
+        last = params.second is None  # a second round saves again: its JPEG is the last one
+        data = jpeg_bytes(lr, params.jpeg, params.subsampling if last else "4:2:0")
         lr = decode_jpeg(data)
     if params.second is not None:
         y = lr.astype(np.float32) / 255.0
@@ -276,7 +315,7 @@ def apply_with_file(
             y = blur(y, gaussian_kernel(s, s))
         if params.second["gauss"] is not None:
             y = add_gaussian_noise(y, params.second["gauss"], False, rng)
-        data = jpeg_bytes(to_uint8(y), params.second["jpeg"])
+        data = jpeg_bytes(to_uint8(y), params.second["jpeg"], params.subsampling)
         lr = decode_jpeg(data)
     return lr, data
 

@@ -8,7 +8,9 @@ seed stream, so a model tuned to the training pipeline's exact ranges shows it h
 - ``mild``: slight blur, 1-5 levels of noise, JPEG q75-95 (a good camera, a careful export);
 - ``medium``: moderate blur, 4-12 levels of noise, JPEG q50-80, sometimes re-saved (a phone photo
   passed through a messenger);
-- ``heavy``: strong blur, 10-25 levels of noise, JPEG q30-55, often re-saved (low light, re-shared).
+- ``heavy``: strong blur, 10-25 levels of noise, JPEG q30-55, often re-saved (low light, re-shared);
+- ``chain``: a chain of saves, no blur, no noise: the camera's full-size JPEG (q80-95), shrunk by an
+  app (area, bicubic or bilinear) and saved again at q60-90 with 4:2:0 or 4:4:4 chroma.
 
 Scoring is the standard protocol against the clean, modcropped HR (:mod:`.protocol`).
 """
@@ -51,6 +53,12 @@ LEVELS: dict[str, DegradeConfig] = {
         **_BLIND, blur_sigma=(0.6, 1.0), gauss_sigma=(10.0, 25.0), poisson_prob=0.3,
         poisson_peak=(100.0, 400.0), jpeg_quality=(30, 55), second_prob=0.4,
         second_gauss_sigma=(1.0, 5.0), second_jpeg_quality=(60, 85),
+    ),
+    "chain": DegradeConfig(
+        clean_share=0.0, blur_prob=0.0, resize_kernels=("area", "bicubic", "bilinear"),
+        resize_weights=(0.5, 0.25, 0.25), noise_prob=0.0, jpeg_prob=1.0, jpeg_quality=(60, 90),
+        second_prob=0.0,
+        camera_jpeg_prob=1.0, camera_jpeg_quality=(80, 95), subsampling=("4:2:0", "4:4:4"),
     ),
 }
 LEVEL_CHOICES = (*LEVELS, "all")

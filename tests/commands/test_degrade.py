@@ -46,10 +46,10 @@ def test_builds_one_set_per_folder_and_level(capsys: pytest.CaptureFixture, hr: 
     code, stdout, err = _degrade(capsys, "--hr", str(hr["alpha"]), str(hr["beta"]), "--scale", "2",
                                  "--level", "all", "-o", str(out))
     assert code == 0 and err == ""
-    names = [f"{s}-{lv}-x2" for s in ("alpha", "beta") for lv in ("web", "mild", "medium", "heavy")]
+    names = [f"{s}-{lv}-x2" for s in ("alpha", "beta") for lv in ("web", "mild", "medium", "heavy", "chain")]
     assert sorted(p.name for p in out.iterdir()) == sorted(names)  # no temporary folder left
     lines = stdout.splitlines()
-    assert len(lines) == 8 and all(line.startswith("wrote ") for line in lines)
+    assert len(lines) == len(names) and all(line.startswith("wrote ") for line in lines)
     assert f"wrote {out / 'alpha-web-x2'}: 2 images, JPEG q" in stdout
     for name in names:
         manifest = json.loads((out / name / MANIFEST).read_text())

@@ -382,7 +382,7 @@ def test_degrade_blind_mean_row_per_hr_folder(
     summary = [line.split() for line in out[out.rindex(" set "):].splitlines()[1:] if line.strip()]
     names = [row[0] for row in summary if len(row) == 4]
     assert names == [f"{folder}-{kind}-x2" for folder in ("alpha", "beta")
-                     for kind in ("web", "mild", "medium", "heavy", "blind-mean")]
+                     for kind in ("web", "mild", "medium", "heavy", "chain", "blind-mean")]
     doc = json.loads(js.read_text())
     means = {s["name"]: (s["psnr"], s["ssim"]) for s in doc["sets"]}
     assert [b["name"] for b in doc["blind_means"]] == ["alpha-blind-mean-x2", "beta-blind-mean-x2"]

@@ -21,12 +21,14 @@ from sr.data.degrade import (
     apply,
     apply_with_file,
     blur,
+    decode_jpeg,
     degrade,
     downscale,
     gaussian_kernel,
     jpeg,
     jpeg_bytes,
     sample_params,
+    to_uint8,
     training_config,
 )
 from sr.evaluation.protocol import make_lr
@@ -363,3 +365,62 @@ def test_a_zero_sharp_share_draws_nothing_more() -> None:
     d = np.random.default_rng(14)
     sample_params(DegradeConfig(), 2, d)
     assert c.random() != d.random()
+
+
+def test_the_save_chain_draws_nothing_in_configs_that_do_not_use_it() -> None:
+    """The camera JPEG and the subsampling draw only where a config uses them: the streams of every
+    older config, and so the training pools and the evaluation sets made before, stay as they were
+    (the values after 50 samples were recorded before these fields existed)."""
+    from sr.evaluation.degraded import LEVELS
+
+    for cfg, after in ((DegradeConfig(), 0.8938020430331818),
+                       (TRAINING_CONFIGS["photo-blind"], 0.6115077811951394),
+                       (LEVELS["heavy"], 0.8938020430331818)):
+        rng = np.random.default_rng(14)
+        for _ in range(50):
+            sample_params(cfg, 2, rng)
+        assert rng.random() == after
+        assert "camera_jpeg_prob" not in cfg.to_dict() and "subsampling" not in cfg.to_dict()
+    params = sample_params(DegradeConfig(clean_share=0.0), 2, np.random.default_rng(1))
+    assert "camera_jpeg" not in params.to_dict()
+
+
+def _sampling(data_: bytes) -> int:
+    """Pillow's code of a JPEG's chroma subsampling: 0 = 4:4:4, 1 = 4:2:2, 2 = 4:2:0."""
+    from PIL import JpegImagePlugin
+
+    with Image.open(io.BytesIO(data_)) as im:
+        return JpegImagePlugin.get_sampling(im)
+
+
+def test_save_chain_camera_jpeg_then_resize_then_jpeg_with_the_drawn_subsampling(hr: np.ndarray) -> None:
+    cfg = DegradeConfig(clean_share=0.0, blur_prob=0.0, noise_prob=0.0, jpeg_prob=1.0, second_prob=0.0,
+                        camera_jpeg_prob=1.0, camera_jpeg_quality=(80, 95), subsampling=("4:2:0", "4:4:4"))
+    rng = np.random.default_rng(3)
+    params = [sample_params(cfg, 2, rng) for _ in range(400)]
+    assert all(p.camera_jpeg is not None and 80 <= p.camera_jpeg <= 95 for p in params)
+    shares = np.mean([p.subsampling == "4:4:4" for p in params])
+    assert shares == pytest.approx(0.5, abs=0.1)
+    assert cfg.to_dict()["subsampling"] == ("4:2:0", "4:4:4")
+    assert params[0].to_dict()["camera_jpeg"] is not None
+    for sub, code in (("4:2:0", 2), ("4:4:4", 0)):
+        p = DegradeParams(resize="area", jpeg=75, camera_jpeg=85, subsampling=sub)
+        lr, data_ = apply_with_file(hr, 2, p, np.random.default_rng(0))
+        assert _sampling(data_) == code and _quality(data_) == 75
+        # the camera's file is what was shrunk: not the same LR as the clean HR shrunk and saved once
+        direct = decode_jpeg(jpeg_bytes(to_uint8(downscale(hr.astype(np.float32) / 255, 2, "area")), 75, sub))
+        assert np.array_equal(lr, decode_jpeg(data_)) and not np.array_equal(lr, direct)
+    # 4:4:4 keeps colour edges that 4:2:0 halves: the chroma error against the clean LR is smaller
+    clean = to_uint8(downscale(hr.astype(np.float32) / 255, 2, "area")).astype(np.float32)
+    errs = {}
+    for sub in ("4:2:0", "4:4:4"):
+        lr = apply(hr, 2, DegradeParams(resize="area", jpeg=90, subsampling=sub), np.random.default_rng(0))
+        errs[sub] = np.abs(lr.astype(np.float32) - clean).mean()
+    assert errs["4:4:4"] < errs["4:2:0"]
+
+
+def test_subsampling_must_be_known() -> None:
+    with pytest.raises(ValueError, match="subsampling must name one or more of 4:2:0"):
+        DegradeConfig(subsampling=("4:1:1",))
+    with pytest.raises(ValueError, match="camera_jpeg_quality must be a range"):
+        DegradeConfig(camera_jpeg_quality=(0, 90))

@@ -50,7 +50,7 @@ def _copy(src: Path, dst: Path, names: list[str] | None = None) -> Path:
 
 
 def test_levels_and_names(hr_dir: Path) -> None:
-    assert levels_for("all") == ["web", "mild", "medium", "heavy"] == list(LEVELS)
+    assert levels_for("all") == ["web", "mild", "medium", "heavy", "chain"] == list(LEVELS)
     assert levels_for("heavy") == ["heavy"]
     assert levels_for("mild, heavy,mild") == ["mild", "heavy"]
     for bad in ("extreme", "mild,extreme", "", ","):
