@@ -383,6 +383,9 @@ def test_freed_memory_is_returned_after_big_jobs_only(monkeypatch) -> None:
         with pytest.raises(ValueError):  # a job failing on its input still frees what it held
             await pool.run(_raise_value_error, timeout=10, work=Work(forwards=4, tiled_mp=4.0, io_mp=5.0))
         assert trims == [1, 1]
+        for _ in range(jobs.TRIM_EVERY_JOBS - 3):  # and every TRIM_EVERY_JOBS jobs, small ones too
+            await pool.run(lambda: None, timeout=10, work=Work(forwards=1, tiled_mp=0.02, io_mp=0.02))
+        assert trims == [1, 1, 1]
 
     asyncio.run(main())
     pool.shutdown()
