@@ -7,7 +7,7 @@ A: 20,000-scan progressive JPEG with a junk byte after APP0, then a small reques
 B: PNG with 3 compressed iTXt chunks of 12 MiB each.   C: 600x40 PNG, eXIf after IDAT (orientation 6),
 width=2100.   D: 51 uploads drip-feeding 1 byte every 5 s, /healthz polled meanwhile.
 E: a 146-byte two-iCCP PNG while four 19 MB SOI + 0xFF fill JPEGs are in flight.
-F: 3 rounds of: worker and queue filled with 384x384 uploads, one more gets 503; its Retry-After
+F: 3 rounds of: worker and queue filled with 768x768 uploads, one more gets 503; its Retry-After
 against the real wait (from the 503 until the first admitted job answers).
 G: /v1/preview of a 4096^2 16-bit gray PNG and of the issue's 16-bit RGBA one, server RSS (with its
 decoder children) before/after.
@@ -134,7 +134,9 @@ try:
               "with four 19 MB fill JPEGs in flight")
 
     if "F" in ROWS:
-        job = png(384, 384)
+        # jobs of about a second: Retry-After is in whole seconds (at least 1), so it cannot be
+        # within 3x of a sub-second wait (384x384 jobs freed a slot after 0.23-0.27 s)
+        job = png(768, 768)
         for _ in range(3):  # the work model learns this machine's current speed from a few jobs
             post(job)
         for round_ in range(3):
