@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-LEVELS = ("clean", "web", "mild", "medium", "heavy", "blind mean")
+LEVELS = ("clean", "web", "mild", "medium", "heavy", "blind mean", "chain")
 
 
 def load(folder: Path, model: str, scale: int) -> dict[tuple[str, str], tuple[float, float]] | None:
