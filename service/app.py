@@ -47,7 +47,7 @@ from sr.request import UpscaleRequest
 
 from .hub import AUTO_DESCRIPTION, ModelHub
 from .intake import AdmissionState, Intake, UploadAdmission
-from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError, Work
+from .jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError, Work, fix_mmap_threshold
 from .limits import ApiKeyMiddleware, BodyLimitMiddleware
 from .pipeline import (
     BudgetMapStore,
@@ -429,6 +429,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan protocol
+        fix_mmap_threshold()  # big upload bodies and arrays go back to the system when freed
         memory = settings.sandbox_memory_mb * 2**20
         service = Service(settings=settings, hub=ModelHub(settings),
                           pool=JobPool(settings.workers, settings.max_queue), budget_maps=BudgetMapStore(),

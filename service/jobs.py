@@ -239,6 +239,21 @@ def _libc_malloc_trim() -> Callable[[int], int] | None:
 
 
 _MALLOC_TRIM = _libc_malloc_trim()
+# glibc raises its mmap threshold to the size of each big block freed (up to 32 MiB), so after one
+# 19 MB upload body every later one comes from the heap, where freed space fragments instead of
+# going back to the system. A fixed threshold (which also stops that adjustment) keeps big buffers
+# mmapped, each returned whole when freed.
+MMAP_THRESHOLD_BYTES = 1 << 20
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
+
+
+def fix_mmap_threshold(size: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Pin glibc's mmap threshold at ``size`` bytes for this process; False without glibc."""
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, size))
 
 
 def return_freed_memory() -> None:
