@@ -230,15 +230,18 @@ class WorkModel:
         return max(shares, key=shares.__getitem__)
 
 
-def _libc_malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
+def _load_libc() -> ctypes.CDLL | None:
+    """The C library, for glibc's allocator controls; None where it cannot be loaded."""
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
         return None
 
 
-_MALLOC_TRIM = _libc_malloc_trim()
+_LIBC = _load_libc()
+# Both are glibc's; None elsewhere (musl, macOS), where the calls below do nothing.
+_MALLOC_TRIM = getattr(_LIBC, "malloc_trim", None)
+_MALLOPT = getattr(_LIBC, "mallopt", None)
 # glibc raises its mmap threshold to the size of each big block freed (up to 32 MiB), so after one
 # 19 MB upload body every later one comes from the heap, where freed space fragments instead of
 # going back to the system. A fixed threshold (which also stops that adjustment) keeps big buffers
@@ -249,11 +252,7 @@ _M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
 
 def fix_mmap_threshold(size: int = MMAP_THRESHOLD_BYTES) -> bool:
     """Pin glibc's mmap threshold at ``size`` bytes for this process; False without glibc."""
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, size))
+    return _MALLOPT is not None and bool(_MALLOPT(_M_MMAP_THRESHOLD, size))
 
 
 def return_freed_memory() -> None:
