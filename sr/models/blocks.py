@@ -7,16 +7,7 @@ import math
 import torch
 from torch import nn
 
-
-def add_in_place_ok() -> bool:
-    """Whether a residual may be added into its branch's fresh output: at eager inference only.
-
-    Training needs the branch output for autograd; a graph being exported (ONNX, torch.export,
-    tracing) must keep the out-of-place add, or the exporter bakes the traced shapes in."""
-    if torch.is_grad_enabled() or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
-        return False
-    is_exporting = getattr(torch.compiler, "is_exporting", None)  # torch >= 2.5
-    return not (is_exporting and is_exporting())
+from .fused import add_in_place_ok, conv_add, conv_relu
 
 
 class ECA(nn.Module):
@@ -62,7 +53,6 @@ class ResBlock(nn.Module):
     def __init__(self, dim: int, channel_attention: str | None = None) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(dim, dim, 3, padding=1)
-        self.act = nn.ReLU(inplace=True)
         self.conv2 = nn.Conv2d(dim, dim, 3, padding=1)
         self.ca = make_channel_attention(channel_attention, dim)
 
@@ -73,7 +63,10 @@ class ResBlock(nn.Module):
         self.conv2.bias.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.ca(self.conv2(self.act(self.conv1(x))))
+        h = conv_relu(self.conv1, x)
+        if isinstance(self.ca, nn.Identity):
+            return conv_add(self.conv2, h, x)  # x + conv2(h), fused at CPU inference
+        y = self.ca(self.conv2(h))
         if not add_in_place_ok():
             return x + y
         # Inference: add into the branch's fresh output (the same sums: IEEE addition commutes)

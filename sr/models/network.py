@@ -16,6 +16,7 @@ from torch import nn
 
 from .attention import AdaptiveSparseAttention, make_attention
 from .blocks import ResBlock
+from .fused import conv_add
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,6 @@ class SRNet(nn.Module):
         y = feat
         for layer in self.body:
             y = layer(y, aux) if hasattr(layer, "attend") else layer(y)
-        y = self.body_tail(y) + feat
+        y = conv_add(self.body_tail, y, feat)  # body_tail(y) + feat
         anchor = x.repeat_interleave(self.scale**2, dim=1)  # (B, 3*s^2, H, W)
-        return self.shuffle(self.upsample(y) + anchor)  # (B, 3, sH, sW)
+        return self.shuffle(conv_add(self.upsample, y, anchor))  # (B, 3, sH, sW)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..blocks import add_in_place_ok
+from ..fused import add_in_place_ok
 
 
 def large_negative(dtype: torch.dtype) -> float:
