@@ -15,7 +15,9 @@ the repository.
 ``--rounds`` rounds; per configuration the median of the batch time ``sr upscale`` prints (first
 read to last write, the model's loading included, the interpreter's start-up not), and of the
 process's CPU time less that of the same command as a dry run (``-n``: start-up, imports, planning),
-which is far steadier than wall time on a loaded machine.
+which is far steadier than wall time on a loaded machine. ``--baseline DIR`` runs the same commands
+with a second checkout's ``sr`` (another commit, say) interleaved in every round, so both trees'
+ratios come from one stretch of the machine's time.
 
 Everything runs with ``--threads 1`` (the shared machine's rule); the ratios are the figures to
 quote, the lone seconds move with the load.
@@ -57,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare-tile", type=int, default=None, metavar="N",
                    help="big: also run the 4000x3000 job with --tile N (e.g. 512, the auto tile before "
                         "it followed measured speed), right after the default one")
+    p.add_argument("--baseline", metavar="DIR", default=None,
+                   help="precision: also run a second checkout's sr (its source tree), interleaved in "
+                        "every round, to compare two commits side by side")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
 
 
@@ -88,12 +93,15 @@ def mosaic(files: list[Path], width: int, height: int) -> np.ndarray:
     return canvas
 
 
-def run_sr(args: list[str]) -> dict:
-    """One ``sr upscale`` process: its output, wall seconds, CPU seconds and peak RSS bytes."""
+def run_sr(args: list[str], tree: Path | None = None) -> dict:
+    """One ``sr upscale`` process: its output, wall seconds, CPU seconds and peak RSS bytes.
+    ``tree``: run that source tree's ``sr`` (first on the path, and the working folder) instead."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "sr", "upscale", *args, "--threads", "1"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = proc.stdout.read() if proc.stdout is not None else ""
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
@@ -198,39 +206,49 @@ def precision(args: argparse.Namespace, work: Path) -> dict:
         f.unlink()
     for f in files:
         (src / f.name).symlink_to(f.resolve())
-    configs = [(s, p) for s in (2, 4) for p in ("bf16", "fp32")]
-    times: dict[tuple[int, str], list[float]] = {c: [] for c in configs}
-    cpu: dict[tuple[int, str], list[float]] = {c: [] for c in configs}
-    stage_sums: dict[tuple[int, str], list[list[float]]] = {c: [] for c in configs}
+    trees: dict[str, Path | None] = {"this tree": None}
+    if args.baseline is not None:
+        trees["baseline"] = Path(args.baseline).resolve()
+    configs = [(t, s, p) for s in (2, 4) for p in ("bf16", "fp32") for t in trees]
+    times: dict[tuple[str, int, str], list[float]] = {c: [] for c in configs}
+    cpu: dict[tuple[str, int, str], list[float]] = {c: [] for c in configs}
+    stage_sums: dict[tuple[str, int, str], list[list[float]]] = {c: [] for c in configs}
+
+    def command(s: int, p: str, *extra: str) -> list[str]:
+        return [str(src), "-o", str(work / f"out-x{s}-{p}"), "--model", "asa-base", "-s", str(s),
+                "--precision", p, "--overwrite", *extra]
+
     # the interpreter's start-up, imports and planning: the same command as a dry run, subtracted
     # from each run's CPU time so that the ratio is the batch's own
-    startup = {}
-    for s, p in configs:
-        startup[(s, p)] = run_sr([str(src), "-o", str(work / f"out-x{s}-{p}"), "--model", "asa-base",
-                                  "-s", str(s), "--precision", p, "--overwrite", "-n"])["cpu_s"]
+    startup = {(t, s, p): run_sr(command(s, p, "-n"), trees[t])["cpu_s"] for t, s, p in configs}
     for r in range(args.rounds):
-        for s, p in (configs if r % 2 == 0 else list(reversed(configs))):
-            res = run_sr([str(src), "-o", str(work / f"out-x{s}-{p}"), "--model", "asa-base", "-s", str(s),
-                          "--precision", p, "--overwrite", "-v"])
-            times[(s, p)].append(res["batch_s"])
-            stage_sums[(s, p)].append(res["stages_s"])
-            cpu[(s, p)].append(res["cpu_s"] - startup[(s, p)])
-            print(f"round {r + 1}: x{s} {p}: batch {res['batch_s']:.1f} s, CPU {res['cpu_s']:.1f} s "
-                  f"(start-up {startup[(s, p)]:.1f} s); decode/upscale/encode summed {res['stages_s']} s",
+        for t, s, p in (configs if r % 2 == 0 else list(reversed(configs))):
+            res = run_sr(command(s, p, "-v"), trees[t])
+            times[(t, s, p)].append(res["batch_s"])
+            stage_sums[(t, s, p)].append(res["stages_s"])
+            cpu[(t, s, p)].append(res["cpu_s"] - startup[(t, s, p)])
+            print(f"round {r + 1}: {t}: x{s} {p}: batch {res['batch_s']:.1f} s, CPU {res['cpu_s']:.1f} s "
+                  f"(start-up {startup[(t, s, p)]:.1f} s); decode/upscale/encode summed {res['stages_s']} s",
                   flush=True)
-    result = {}
-    for s in (2, 4):
-        bf, fp = statistics.median(times[(s, "bf16")]), statistics.median(times[(s, "fp32")])
-        bf_cpu, fp_cpu = statistics.median(cpu[(s, "bf16")]), statistics.median(cpu[(s, "fp32")])
-        bf_up = statistics.median(v[1] for v in stage_sums[(s, "bf16")])
-        fp_up = statistics.median(v[1] for v in stage_sums[(s, "fp32")])
-        result[f"x{s}"] = {"bf16_s": bf, "fp32_s": fp, "speedup": fp / bf, "bf16_cpu_s": bf_cpu,
-                           "fp32_cpu_s": fp_cpu, "cpu_speedup": fp_cpu / bf_cpu,
-                           "bf16_upscale_s": bf_up, "fp32_upscale_s": fp_up, "upscale_speedup": fp_up / bf_up}
-        print(f"x{s}, {len(files)} valid images, asa-base: batch bf16 {bf:.1f} s, fp32 {fp:.1f} s: "
-              f"bf16 {fp / bf:.2f}x fp32; CPU less start-up: bf16 {bf_cpu:.1f} s, "
-              f"fp32 {fp_cpu:.1f} s: {fp_cpu / bf_cpu:.2f}x; upscale stage alone (-v): bf16 {bf_up:.1f} s, "
-              f"fp32 {fp_up:.1f} s: {fp_up / bf_up:.2f}x")
+    result: dict = {}
+    for t in trees:
+        figures = result if t == "this tree" else result.setdefault("baseline", {"tree": str(trees[t])})
+        for s in (2, 4):
+            med = {p: statistics.median(times[(t, s, p)]) for p in ("bf16", "fp32")}
+            med_cpu = {p: statistics.median(cpu[(t, s, p)]) for p in ("bf16", "fp32")}
+            med_up = {p: statistics.median(v[1] for v in stage_sums[(t, s, p)]) for p in ("bf16", "fp32")}
+            bf, fp = med["bf16"], med["fp32"]
+            figures[f"x{s}"] = {
+                "bf16_s": bf, "fp32_s": fp, "speedup": fp / bf, "bf16_cpu_s": med_cpu["bf16"],
+                "fp32_cpu_s": med_cpu["fp32"], "cpu_speedup": med_cpu["fp32"] / med_cpu["bf16"],
+                "bf16_upscale_s": med_up["bf16"], "fp32_upscale_s": med_up["fp32"],
+                "upscale_speedup": med_up["fp32"] / med_up["bf16"],
+            }
+            print(f"{t}: x{s}, {len(files)} valid images, asa-base: batch bf16 {bf:.2f} s, fp32 {fp:.2f} s: "
+                  f"bf16 {fp / bf:.2f}x fp32; CPU less start-up: bf16 {med_cpu['bf16']:.1f} s, "
+                  f"fp32 {med_cpu['fp32']:.1f} s: {med_cpu['fp32'] / med_cpu['bf16']:.2f}x; upscale stage "
+                  f"alone (-v): bf16 {med_up['bf16']:.1f} s, fp32 {med_up['fp32']:.1f} s: "
+                  f"{med_up['fp32'] / med_up['bf16']:.2f}x")
     return result
 
 
@@ -242,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--valid {args.valid}: not a folder")
     if args.images < 1 or args.rounds < 1 or args.body_rounds < 1:
         raise CLIError("--images, --rounds and --body-rounds must be >= 1")
+    if args.baseline is not None and not (Path(args.baseline) / "sr" / "__main__.py").is_file():
+        raise CLIError(f"--baseline {args.baseline}: not a source tree of sr (no sr/__main__.py)")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     figures = {}

@@ -45,3 +45,15 @@ def test_bad_arguments_exit_with_one_line(tmp_path, capsys):
     assert pipeline.main(["--valid", str(tmp_path / "none"), "--work", str(tmp_path)]) != 0
     assert "not a folder" in capsys.readouterr().err
     assert pipeline.main(["--valid", str(tmp_path), "--work", str(tmp_path), "--what", "x"]) != 0
+    assert pipeline.main(["--valid", str(tmp_path), "--work", str(tmp_path), "--baseline", str(tmp_path)]) != 0
+    assert "not a source tree of sr" in capsys.readouterr().err
+
+
+def test_a_baseline_tree_runs_its_own_sr(tmp_path):
+    # a stand-in checkout whose sr prints the summary line with a time of its own
+    (tmp_path / "sr").mkdir()
+    (tmp_path / "sr" / "__init__.py").write_text("")
+    (tmp_path / "sr" / "__main__.py").write_text(
+        "import sys\nprint('1 done, 0 skipped, 0 failed in 4.2 s', sys.argv[1:3])\n")
+    res = pipeline.run_sr(["in", "-o", "out"], tmp_path)
+    assert res["batch_s"] == 4.2 and "'upscale', 'in'" in res["out"]
