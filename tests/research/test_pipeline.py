@@ -45,7 +45,8 @@ def test_bad_arguments_exit_with_one_line(tmp_path, capsys):
     assert pipeline.main(["--valid", str(tmp_path / "none"), "--work", str(tmp_path)]) != 0
     assert "not a folder" in capsys.readouterr().err
     assert pipeline.main(["--valid", str(tmp_path), "--work", str(tmp_path), "--what", "x"]) != 0
-    assert pipeline.main(["--valid", str(tmp_path), "--work", str(tmp_path), "--baseline", str(tmp_path)]) != 0
+    args = ["--valid", str(tmp_path), "--work", str(tmp_path), "--baseline", str(tmp_path)]
+    assert pipeline.main(args) != 0
     assert "not a source tree of sr" in capsys.readouterr().err
 
 
