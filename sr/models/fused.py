@@ -17,7 +17,10 @@ PyTorch that lacks the op, the same eager ops as before.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
@@ -102,11 +105,42 @@ def _output_shape(conv: nn.Conv2d, x: torch.Tensor) -> torch.Size:
     return torch.Size((x.shape[0], conv.out_channels, h, w))
 
 
+# (H, W) of the real map inside a zero-margined one (sr.models.network's aligned bf16 forward), or None
+_valid_extent: ContextVar[tuple[int, int] | None] = ContextVar("sr_valid_extent", default=None)
+
+
+@contextlib.contextmanager
+def valid_extent(h: int, w: int) -> Iterator[None]:
+    """While inside, :func:`conv_relu` and :func:`conv_add` zero their outputs below row ``h`` and
+    right of column ``w``: the next conv then reads zeros there, as its own zero padding would give."""
+    token = _valid_extent.set((h, w))
+    try:
+        yield
+    finally:
+        _valid_extent.reset(token)
+
+
+def clear_margin(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with its margin outside :func:`valid_extent` zeroed in place (a no-op outside one)."""
+    if torch.compiler.is_compiling():  # never inside one there (SRNet._margin), and dynamo cannot trace get
+        return t
+    extent = _valid_extent.get()
+    if extent is not None:
+        h, w = extent
+        if t.shape[-2] > h:
+            t[..., h:, :].zero_()
+        if t.shape[-1] > w:
+            t[..., w:].zero_()
+    return t
+
+
 def conv_relu(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     """``relu(conv(x))``, fused where :func:`_fusable`."""
     if not _fusable(conv, x):
-        return F.relu(conv(x), inplace=True)  # in place on the fresh conv output, as nn.ReLU(inplace=True)
-    return _pointwise_op()(x, conv.weight, conv.bias, list(conv.padding), [1, 1], [1, 1], 1, "relu", [], "")
+        # in place on the fresh conv output, as nn.ReLU(inplace=True)
+        return clear_margin(F.relu(conv(x), inplace=True))
+    op = _pointwise_op()
+    return clear_margin(op(x, conv.weight, conv.bias, list(conv.padding), [1, 1], [1, 1], 1, "relu", [], ""))
 
 
 def conv_add(conv: nn.Conv2d, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
@@ -114,5 +148,5 @@ def conv_add(conv: nn.Conv2d, x: torch.Tensor, other: torch.Tensor) -> torch.Ten
     and ``other`` has the output's shape and dtype."""
     if not _fusable(conv, x) or other.dtype != x.dtype or other.shape != _output_shape(conv, x):
         y = conv(x)
-        return y.add_(other) if add_in_place_ok() else y + other
-    return _binary(_pointwise_op(), x, other, conv.weight, conv.bias, list(conv.padding))
+        return clear_margin(y.add_(other) if add_in_place_ok() else y + other)
+    return clear_margin(_binary(_pointwise_op(), x, other, conv.weight, conv.bias, list(conv.padding)))
