@@ -32,9 +32,9 @@ MAX_BF16_COST_DB = 0.01
 # (docs/inference.md#precision-bf16-on-cpus-with-amx has the per-set figures). A model not listed here
 # (your own weights, even under a shipped name) runs fp32 under auto: its cost is unknown.
 BF16_PSNR_COST_DB: dict[str, float] = {
-    "asa-base-x2": 0.0078, "asa-base-x3": 0.0034, "asa-base-x4": 0.0016,
-    "asa-deep-x2": 0.0079, "asa-deep-x3": 0.0040, "asa-deep-x4": 0.0046,
-    "photo-x2": 0.0052, "photo-x3": 0.0058, "photo-x4": 0.0037,
+    "asa-base-x2": 0.0079, "asa-base-x3": 0.0035, "asa-base-x4": 0.0016,
+    "asa-deep-x2": 0.0077, "asa-deep-x3": 0.0043, "asa-deep-x4": 0.0046,
+    "photo-x2": 0.0054, "photo-x3": 0.0063, "photo-x4": 0.0037,
 }
 
 
