@@ -59,6 +59,17 @@ class TrainConfig:
     cache: str = "runs/cache"
     init: str | None = None  # weights/checkpoint to start from (e.g. x2 weights for x3/x4)
     init_layers: str = "all"  # what --init copies: all | conv (attention blocks start fresh: ablations)
+    # The perceptual fine-tune (sr.train.adversarial): gan_weight > 0 trains a U-Net discriminator beside
+    # the model and adds these terms to the pixel loss; 0 = pixel loss only (the fidelity models).
+    gan_weight: float = 0.0
+    feature_weight: float = 1.0  # discriminator feature matching (only with gan_weight > 0)
+    frequency_weight: float = 0.0  # L1 between the 2-D spectra
+    artefact_weight: float = 1.0  # LDL artefact-weighted L1 (only with gan_weight > 0)
+    disc_width: int = 16  # the discriminator's channels at full resolution
+    disc_lr: float = 1e-4
+    # keep an EMA snapshot (snap-STEP.pt, best.pt's format) every N steps: a perceptual run is chosen
+    # afterwards on valid by perceptual metrics, which validation PSNR does not rank; 0 = none
+    snapshot_every: int = 0
 
     @property
     def run_dir(self) -> Path:

@@ -30,6 +30,14 @@ from ..inference.devices import cpu_has_amx, resolve_device, usable_cpus
 from ..io import atomic_write
 from ..models import SRNet, build_config, count_params
 from ..weights import WeightsError, read_metadata
+from .adversarial import (
+    UNetDiscriminator,
+    adversarial_loss,
+    artefact_loss,
+    artefact_map,
+    feature_matching_loss,
+    frequency_loss,
+)
 from .config import AMP_CHOICES, INIT_LAYER_CHOICES, LOSS_CHOICES, TrainConfig
 
 PIXEL_LOSSES = {"l1": F.l1_loss, "mse": F.mse_loss}  # keyed as LOSS_CHOICES (the flag's choices)
@@ -232,6 +240,12 @@ class Trainer:
             raise ValueError(f"--cycle-start {cfg.cycle_start} must lie in [0, --steps {cfg.steps})")
         check_rescale(cfg.rescale)
         check_rgb_perm(cfg.rgb_perm)
+        if cfg.gan_weight < 0 or cfg.snapshot_every < 0:
+            raise ValueError("--gan-weight and --snapshot-every must be >= 0")
+        if cfg.gan_weight > 0 and (cfg.patch * cfg.scale) % 8:
+            raise ValueError(f"--gan-weight needs an HR patch side (--patch x --scale = "
+                             f"{cfg.patch * cfg.scale}) that is a multiple of 8 (the discriminator's "
+                             "three stride-2 steps)")
         if cfg.loss not in LOSS_CHOICES:
             raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(LOSS_CHOICES)}")
         if cfg.degrade:
@@ -331,6 +345,11 @@ class Trainer:
         self.net = self.model  # what the forward runs: the model, or its DDP wrapper
         self.autocast = dict(device_type=self.device.type, dtype=torch.bfloat16, enabled=bf16)
         self.step = 0
+        self.disc = self.disc_opt = None
+        if cfg.gan_weight > 0:
+            self.disc = UNetDiscriminator(cfg.disc_width).to(self.device, memory_format=memory_format)
+            self.disc_opt = torch.optim.AdamW(self.disc.parameters(), lr=cfg.disc_lr, betas=(0.9, 0.99),
+                                              weight_decay=0.0)
 
     def train_step(self, lr: torch.Tensor, hr: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """One optimiser step on a batch on the device: forward (collecting the budget loss), pixel
@@ -345,14 +364,53 @@ class Trainer:
             out = self.net(lr, aux)
         pixel = self.pixel_loss(out.float(), hr)
         loss = pixel + cfg.budget_weight * aux.get("budget_loss", 0.0)
+        if cfg.frequency_weight > 0:
+            loss = loss + cfg.frequency_weight * frequency_loss(out, hr)
+        if self.disc is not None:
+            loss = loss + self._generator_terms(lr, out, hr, aux)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.opt.step()
+        if self.disc is not None:
+            self._discriminator_step(out.detach(), hr, aux)
         self.step += 1
         ema_update(self.ema, self.model, min(cfg.ema_decay, (1 + self.step) / (10 + self.step)))
         return pixel.detach(), aux
+
+    def _generator_terms(
+        self, lr: torch.Tensor, out: torch.Tensor, hr: torch.Tensor, aux: dict
+    ) -> torch.Tensor:
+        """The perceptual fine-tune's generator loss: adversarial + feature matching + LDL artefacts.
+
+        The discriminator is frozen for this backward (its own step follows); ``aux`` gets the terms'
+        detached values for the log.
+        """
+        cfg = self.cfg
+        self.disc.requires_grad_(False)
+        with torch.autocast(**self.autocast):
+            fake_logits, fake_feats = self.disc(out)
+            with torch.no_grad():
+                _, real_feats = self.disc(hr)
+                ema_out = self.ema(lr)
+        gan = adversarial_loss(fake_logits, real=True)
+        feature = feature_matching_loss(fake_feats, real_feats)
+        artefact = artefact_loss(out, hr, artefact_map(out.detach(), ema_out, hr))
+        self.disc.requires_grad_(True)
+        aux["gan"], aux["feature"], aux["artefact"] = gan.detach(), feature.detach(), artefact.detach()
+        return cfg.gan_weight * gan + cfg.feature_weight * feature + cfg.artefact_weight * artefact
+
+    def _discriminator_step(self, fake: torch.Tensor, hr: torch.Tensor, aux: dict) -> None:
+        """One AdamW step of the discriminator: HR toward real, the (detached) output toward fake."""
+        with torch.autocast(**self.autocast):
+            real_logits, _ = self.disc(hr)
+            fake_logits, _ = self.disc(fake)
+        loss = adversarial_loss(real_logits, real=True) + adversarial_loss(fake_logits, real=False)
+        self.disc_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.disc_opt.step()
+        aux["disc"] = loss.detach()
 
     # -- bookkeeping -------------------------------------------------------------------------
     def log_line(self, record: dict) -> None:
@@ -376,12 +434,25 @@ class Trainer:
             "lineage": self.lineage,
             "hardware": self.hardware,
             "torch_rng": torch.get_rng_state(),
+            **({"disc": self.disc.state_dict(), "disc_opt": self.disc_opt.state_dict()}
+               if self.disc is not None else {}),
         }
 
     def save(self, name: str = "last.pt") -> None:
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             atomic_save(self._state(), self.run_dir / name)
+
+    def _export_state(self) -> dict:
+        """What ``sr export`` needs of the EMA weights now: best.pt's and a snapshot's format."""
+        return {"ema": self.ema.state_dict(), "config": json.loads(self.cfg.to_json()), "step": self.step,
+                "best": self.best, "last_val": self.last_val, "elapsed": self.elapsed,
+                "lineage": self.lineage, "hardware": self.hardware}
+
+    def save_snapshot(self) -> None:
+        """The EMA weights at this step as runs/NAME/snap-STEP.pt (exportable like best.pt)."""
+        if self.is_main:
+            atomic_save(self._export_state(), self.run_dir / f"snap-{self.step:06d}.pt")
 
     def _load(self, path: Path) -> None:
         if not path.is_file():
@@ -397,6 +468,9 @@ class Trainer:
         self.last_val = ckpt.get("last_val", {})
         self.lineage = ckpt.get("lineage", {})
         torch.set_rng_state(ckpt["torch_rng"])
+        if self.disc is not None and "disc" in ckpt:  # a pixel-loss run resumed as a GAN starts D fresh
+            self.disc.load_state_dict(ckpt["disc"])
+            self.disc_opt.load_state_dict(ckpt["disc_opt"])
 
     def _on_signal(self, signum, frame) -> None:
         self.stop_requested = True
@@ -444,6 +518,7 @@ class Trainer:
         timed_out = False
         cpu_last = time.process_time()
         data_seconds, t_fetch = 0.0, time.time()  # time spent waiting for batches since the last log line
+        extra_sums: dict[str, torch.Tensor] = {}  # the perceptual fine-tune's loss terms, summed likewise
         try:
             for lr_img, hr_img in loader:
                 data_seconds += time.time() - t_fetch
@@ -455,6 +530,9 @@ class Trainer:
                 cpu_now = time.process_time()  # the process's CPU time: all threads, data loading included
                 self.cpu_elapsed, cpu_last = self.cpu_elapsed + cpu_now - cpu_last, cpu_now
                 loss_sum += pixel
+                for key in ("gan", "feature", "artefact", "disc"):
+                    if key in aux:
+                        extra_sums[key] = extra_sums.get(key, zero) + aux[key].float()
                 maps = aux.get("budget_maps")
                 if maps:
                     budget_sum += torch.stack([m.detach().float().mean() for m in maps]).mean()
@@ -470,17 +548,20 @@ class Trainer:
                         "cpu_seconds": round(self.cpu_elapsed, 1),
                         # the share of the wall time spent waiting for data: must stay small (< ~15%)
                         "data_share": round(data_seconds / max(1e-9, now - t_last), 4),
+                        **{k: v.item() / n for k, v in extra_sums.items()},
                     }
                     bar.set_postfix(loss=f"{rec['loss']:.4f}", it_s=f"{rec['it_s']:.2f}")
                     self.log_line(rec)
                     t_last, loss_sum, budget_sum, n = now, zero.clone(), zero.clone(), 0
-                    data_seconds = 0.0
+                    data_seconds, extra_sums = 0.0, {}
                 if self.step % cfg.val_every == 0 or self.step == cfg.steps:
                     self._validate()
                     t_last, cpu_last = time.time(), time.process_time()  # validation is not training
                     data_seconds = 0.0
                 if self.step % cfg.ckpt_every == 0:
                     self.save()
+                if cfg.snapshot_every and self.step % cfg.snapshot_every == 0:
+                    self.save_snapshot()
                 timed_out = self._agree_to_stop(deadline)
                 if timed_out:
                     if self.last_val.get("step") != self.step:  # best.pt must not miss the last steps
@@ -543,9 +624,6 @@ class Trainer:
         held = selection_score(self.best.get("results", {}), self.cfg.best_on)
         if held is None or score > held:
             self.best = {"step": self.step, "on": self.cfg.best_on, "results": results}
-            atomic_save({"ema": self.ema.state_dict(), "config": json.loads(self.cfg.to_json()),
-                         "step": self.step, "best": self.best, "elapsed": self.elapsed,
-                         "lineage": self.lineage, "hardware": self.hardware},
-                        self.run_dir / "best.pt")
+            atomic_save(self._export_state(), self.run_dir / "best.pt")
         if sys.stderr.isatty():
             tqdm.write(" ".join(f"{k}: {v['psnr']:.3f} dB / {v['ssim']:.4f}" for k, v in results.items()))

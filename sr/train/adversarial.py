@@ -1,0 +1,117 @@
+"""What the perceptual fine-tune adds to the pixel loss: a small U-Net discriminator and its losses.
+
+Real texture instead of the waxy average an L1/MSE model settles on comes from an adversarial term
+(a discriminator that judges every pixel, as Real-ESRGAN's U-Net with spectral norm does). Around it
+three terms keep the generator honest, all computable here without a downloaded VGG:
+
+- feature matching: L1 between the discriminator's inner features of the output and of HR, a
+  perceptual distance in a feature space the discriminator learns on these photos;
+- a frequency term: L1 between the 2-D spectra, so fine detail counts as much as flat area;
+- artefact weighting after LDL (Liang et al., CVPR 2022): where the output's residual is locally
+  noisy *and* worse than the EMA model's, its pixel loss is weighted up, so invented texture on
+  smooth regions is pulled back to the target (LDL's weights, scaled to mean 1 over the batch).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import spectral_norm
+
+
+class UNetDiscriminator(nn.Module):
+    """Per-pixel real/fake logits for an RGB image: three stride-2 steps down, three up with skips.
+
+    ``width`` channels at full resolution, doubling at each step down (16 -> 32 -> 64 -> 128). Every
+    conv after the first is spectral-normalised (a Lipschitz bound that keeps the adversarial game
+    stable without a gradient penalty). ``forward`` returns the logits (N, 1, H, W) and the decoder's
+    features, for feature matching.
+    """
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        c = width
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.down = nn.ModuleList(
+            spectral_norm(nn.Conv2d(c * 2**i, c * 2 ** (i + 1), 4, stride=2, padding=1, bias=False))
+            for i in range(3)
+        )
+        self.up = nn.ModuleList(
+            spectral_norm(nn.Conv2d(c * 2 ** (i + 1), c * 2**i, 3, padding=1, bias=False))
+            for i in reversed(range(3))
+        )
+        self.refine = nn.Sequential(
+            spectral_norm(nn.Conv2d(c, c, 3, padding=1, bias=False)), nn.LeakyReLU(0.2, inplace=True),
+            spectral_norm(nn.Conv2d(c, c, 3, padding=1, bias=False)), nn.LeakyReLU(0.2, inplace=True),
+        )
+        self.head = nn.Conv2d(c, 1, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        # x: (N, 3, H, W), H and W multiples of 8
+        if x.shape[-1] % 8 or x.shape[-2] % 8:
+            raise ValueError(f"the discriminator needs sides that are multiples of 8, got "
+                             f"{tuple(x.shape[-2:])}")
+        h = F.leaky_relu(self.stem(x), 0.2)  # (N, c, H, W)
+        skips = [h]
+        for conv in self.down:
+            h = F.leaky_relu(conv(h), 0.2)  # (N, 2c, H/2, W/2) ... (N, 8c, H/8, W/8)
+            skips.append(h)
+        skips.pop()  # the bottom is h itself
+        feats = []
+        for conv in self.up:
+            h = F.interpolate(h, scale_factor=2, mode="bilinear", align_corners=False)
+            h = F.leaky_relu(conv(h), 0.2) + skips.pop()  # (N, 4c, H/4, W/4) ... (N, c, H, W)
+            feats.append(h)
+        h = self.refine(h)
+        feats.append(h)
+        return self.head(h), feats  # (N, 1, H, W)
+
+
+def adversarial_loss(logits: torch.Tensor, real: bool) -> torch.Tensor:
+    """Non-saturating binary cross-entropy on per-pixel logits, toward 'real' or 'fake'."""
+    target = torch.ones_like(logits) if real else torch.zeros_like(logits)
+    return F.binary_cross_entropy_with_logits(logits.float(), target)
+
+
+def feature_matching_loss(fake: list[torch.Tensor], real: list[torch.Tensor]) -> torch.Tensor:
+    """Mean L1 between the discriminator's features of the output and of HR (HR's held fixed)."""
+    return sum(F.l1_loss(f.float(), r.detach().float()) for f, r in zip(fake, real, strict=True)) / len(fake)
+
+
+def frequency_loss(out: torch.Tensor, hr: torch.Tensor) -> torch.Tensor:
+    """L1 between the orthonormal 2-D spectra of output and HR (complex difference magnitude)."""
+    diff = torch.fft.rfft2(out.float(), norm="ortho") - torch.fft.rfft2(hr.float(), norm="ortho")
+    return diff.abs().mean()
+
+
+def _local_variance(x: torch.Tensor, size: int = 7) -> torch.Tensor:
+    # x: (N, 1, H, W) -> the variance in each size x size window (reflect-padded), same shape
+    pad = size // 2
+    x = F.pad(x, (pad, pad, pad, pad), mode="reflect")
+    mean = F.avg_pool2d(x, size, stride=1)
+    return (F.avg_pool2d(x * x, size, stride=1) - mean * mean).clamp_min(0)
+
+
+def artefact_map(out: torch.Tensor, ema_out: torch.Tensor, hr: torch.Tensor) -> torch.Tensor:
+    """LDL's artefact weight per pixel (N, 1, H, W), held fixed (no gradient).
+
+    The residual |HR - out| (mean over RGB) has a local variance (7 x 7) that is high where texture
+    was invented or broken, and a patch variance that scales it (to the power 1/5, LDL's choice) so
+    flat patches with a lone wrong pixel do not dominate. Only pixels where the training model's
+    residual is larger than the EMA model's keep their weight: those are the unstable ones.
+    """
+    with torch.no_grad():
+        residual = (hr - out).abs().float().mean(1, keepdim=True)  # (N, 1, H, W)
+        ema_residual = (hr - ema_out).abs().float().mean(1, keepdim=True)
+        patch_var = residual.flatten(1).var(1).clamp_min(0).pow(0.2).view(-1, 1, 1, 1)  # (N, 1, 1, 1)
+        weight = _local_variance(residual) * patch_var
+        weight = torch.where(residual > ema_residual, weight, torch.zeros_like(weight))
+        # LDL's raw weights are ~1e-5, too small to move anything beside an L1 of mean weight 1: scaled
+        # to mean 1 over the batch (at most 10 per pixel), the term compares with the pixel loss
+        return (weight / weight.mean().clamp_min(1e-12)).clamp_max(10.0)
+
+
+def artefact_loss(out: torch.Tensor, hr: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """L1 between output and HR, weighted per pixel by :func:`artefact_map`."""
+    return (weight * (out.float() - hr).abs()).mean()

@@ -1,0 +1,95 @@
+"""The perceptual fine-tune: the U-Net discriminator's shapes, its losses, and a GAN training run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sr.train.adversarial import (
+    UNetDiscriminator,
+    adversarial_loss,
+    artefact_loss,
+    artefact_map,
+    feature_matching_loss,
+    frequency_loss,
+)
+from sr.train.loop import Trainer
+from tests.train.test_loop import _cfg, _export, _log
+
+
+def test_discriminator_judges_every_pixel_and_returns_its_decoder_features():
+    disc = UNetDiscriminator(width=8)
+    logits, feats = disc(torch.rand(2, 3, 32, 40))
+    assert logits.shape == (2, 1, 32, 40)
+    assert [f.shape[1:] for f in feats] == [(32, 8, 10), (16, 16, 20), (8, 32, 40), (8, 32, 40)]
+    with pytest.raises(ValueError, match="multiples of 8"):
+        disc(torch.rand(1, 3, 30, 32))
+
+
+def test_spectral_norm_bounds_the_discriminator_convs():
+    disc = UNetDiscriminator(width=8)
+    for _ in range(20):  # power iterations converge in training mode
+        disc(torch.rand(1, 3, 16, 16))
+    conv = disc.down[1]
+    sigma = torch.linalg.matrix_norm(conv.weight.detach().flatten(1), ord=2)
+    assert float(sigma) == pytest.approx(1.0, rel=0.1)
+
+
+def test_losses_are_zero_for_a_perfect_output_and_grow_with_error():
+    hr = torch.rand(2, 3, 16, 16)
+    assert frequency_loss(hr, hr) == 0
+    noisy, slightly = hr + 0.1 * torch.randn_like(hr), hr + 0.01 * torch.randn_like(hr)
+    assert frequency_loss(noisy, hr) > frequency_loss(slightly, hr)
+    feats = [torch.rand(2, 4, 8, 8), torch.rand(2, 4, 16, 16)]
+    assert feature_matching_loss(feats, feats) == 0
+    logits = torch.full((1, 1, 4, 4), 5.0)
+    assert adversarial_loss(logits, real=True) < 0.01 < adversarial_loss(logits, real=False)
+
+
+def test_artefact_map_weights_only_pixels_worse_than_the_ema_where_the_residual_is_noisy():
+    torch.manual_seed(0)
+    hr = torch.full((1, 3, 32, 32), 0.5)  # a flat patch
+    ema_out = hr.clone()
+    out = hr.clone()
+    out[..., 8:16, 8:16] += 0.2 * torch.randn(1, 3, 8, 8)  # invented texture in one corner only
+    weight = artefact_map(out, ema_out, hr)
+    assert weight.shape == (1, 1, 32, 32)
+    assert weight[..., 8:16, 8:16].mean() > 0.5 and weight[..., 24:, 24:].sum() == 0
+    assert weight.max() <= 10 and 0.1 < weight.mean() <= 1 + 1e-6  # mean 1 before the cap of 10
+    assert artefact_map(out, out, hr).sum() == 0  # no worse than the EMA: nothing to pull back
+    assert artefact_loss(out, hr, weight) > 0 and artefact_loss(hr, hr, weight) == 0
+
+
+def test_gan_run_trains_the_discriminator_logs_its_terms_snapshots_and_resumes(tmp_path):
+    cfg = _cfg(tmp_path, steps=6, val=[], gan_weight=0.1, frequency_weight=0.05, disc_width=8,
+               log_every=3, snapshot_every=3, ckpt_every=3)
+    trainer = Trainer(cfg)
+    disc_before = {k: v.clone() for k, v in trainer.disc.state_dict().items()}
+    trainer.fit(stop_at=3)
+    assert any(not torch.equal(disc_before[k], v) for k, v in trainer.disc.state_dict().items())
+    rec = next(r for r in _log(cfg.run_dir) if "loss" in r)
+    assert {"gan", "feature", "artefact", "disc"} <= set(rec)
+    resumed = Trainer(_cfg(tmp_path, steps=6, val=[], gan_weight=0.1, frequency_weight=0.05, disc_width=8,
+                           log_every=3, snapshot_every=3, ckpt_every=3), resume=True)
+    for k, v in trainer.disc.state_dict().items():  # the discriminator comes back with the run
+        torch.testing.assert_close(resumed.disc.state_dict()[k], v)
+    resumed.fit()
+    snaps = sorted(p.name for p in cfg.run_dir.glob("snap-*.pt"))
+    assert snaps == ["snap-000003.pt", "snap-000006.pt"]
+    out = tmp_path / "natural.safetensors"
+    assert _export(cfg.run_dir / "snap-000006.pt", out).returncode == 0
+    assert json.loads((cfg.run_dir / "config.json").read_text())["gan_weight"] == 0.1
+
+
+def test_gan_settings_are_checked_before_training(tmp_path):
+    with pytest.raises(ValueError, match="multiple of 8"):
+        Trainer(_cfg(tmp_path, gan_weight=0.1, patch=15))
+    with pytest.raises(ValueError, match=">= 0"):
+        Trainer(_cfg(tmp_path / "b", gan_weight=-1))
+
+
+def test_pixel_only_training_has_no_discriminator(tmp_path):
+    trainer = Trainer(_cfg(tmp_path, steps=1, val=[]))
+    assert trainer.disc is None and "disc" not in trainer._state()
