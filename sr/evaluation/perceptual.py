@@ -1,0 +1,155 @@
+"""Perceptual metrics beside PSNR/SSIM: HaarPSI, ColorVideoVDP (JOD) and BRISQUE.
+
+They come from the optional extra ``pip install '.[perceptual]'`` (piq, cvvdp, brisque); asking for
+one without it is a :class:`PerceptualUnavailable` that says what to install. The protocol, the same
+for every model and peer so the figures compare:
+
+- every metric sees the whole RGB image (uint8, sRGB), the SR output cropped like HR to a multiple of
+  the scale and ``scale`` pixels cut from each border (as PSNR's crop); gray images are repeated to RGB;
+- ``haarpsi``: piq's HaarPSI on [0, 1] RGB (full reference; higher is better, 1 = identical);
+- ``cvvdp``: ColorVideoVDP 0.5.7 as a still image on the ``standard_fhd`` display model (24-inch FHD
+  monitor, 200 cd/m^2, office light, seen from 0.6 m), in JOD (10 = no visible difference; higher is
+  better); it runs on the CPU, ~0.5 s per 0.5 MP pair;
+- ``brisque``: the ``brisque`` package's bundled SVM on the SR image alone (no reference; lower is
+  more natural).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+INSTALL_HINT = "install the perceptual extra: pip install '.[perceptual]' (piq, cvvdp, brisque)"
+CVVDP_DISPLAY = "standard_fhd"
+
+
+class PerceptualUnavailable(RuntimeError):
+    """A perceptual metric was asked for but its package is not installed."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One perceptual metric: its package, whether higher is better, how it scores (HR, SR) uint8 RGB."""
+
+    name: str
+    package: str
+    higher_is_better: bool
+    needs_reference: bool
+    score: Callable[[np.ndarray, np.ndarray], float]
+
+
+def _rgb(img: np.ndarray) -> np.ndarray:
+    # (H, W) or (H, W, 3) uint8 -> (H, W, 3) uint8
+    if img.dtype != np.uint8:
+        raise ValueError(f"perceptual metrics take uint8 images, got {img.dtype}")
+    return np.repeat(img[:, :, None], 3, axis=2) if img.ndim == 2 else img
+
+
+def _import(module: str, package: str):
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError as e:  # the package, or one it needs (cv2 for brisque), is missing
+        raise PerceptualUnavailable(
+            f"the {package!r} metric package cannot be imported ({e}); {INSTALL_HINT}"
+        ) from None
+
+
+def _haarpsi(hr: np.ndarray, sr: np.ndarray) -> float:
+    import torch
+
+    piq = _import("piq", "piq")
+
+    def tensor(x: np.ndarray) -> torch.Tensor:  # (H, W, 3) uint8 -> (1, 3, H, W) in [0, 1]
+        return torch.from_numpy(np.array(_rgb(x))).permute(2, 0, 1)[None].float() / 255
+
+    with torch.no_grad():
+        return float(piq.haarpsi(tensor(sr), tensor(hr), data_range=1.0))
+
+
+@cache
+def _cvvdp_metric():
+    pycvvdp = _import("pycvvdp", "cvvdp")
+    import torch
+
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its display model on construction
+        return pycvvdp.cvvdp(display_name=CVVDP_DISPLAY, quiet=True, device=torch.device("cpu"))
+
+
+def _cvvdp(hr: np.ndarray, sr: np.ndarray) -> float:
+    import torch
+
+    metric = _cvvdp_metric()
+    with torch.no_grad():
+        jod, _ = metric.predict(_rgb(sr), _rgb(hr), dim_order="HWC")
+    return float(jod)
+
+
+@cache
+def _brisque_model():
+    brisque = _import("brisque", "brisque")
+    return brisque.BRISQUE(url=False)
+
+
+def _brisque(hr: np.ndarray, sr: np.ndarray) -> float:
+    """BRISQUE.score()'s steps, with each feature made a plain float: under numpy >= 2.4 the package's
+    own score() fails on its one-element feature arrays (``float()`` of a 1-d array is an error)."""
+    del hr  # no reference
+    import cv2
+    import skimage.color
+
+    model = _brisque_model()
+    gray = skimage.color.rgb2gray(_rgb(sr))  # (H, W) float in [0, 1], as score() makes it
+    half = cv2.resize(gray, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_CUBIC)
+    features = [np.asarray(f, dtype=np.float64).item() for g in (gray, half)
+                for f in model.calculate_brisque_features(g, kernel_size=7, sigma=7 / 6)]
+    return float(model.calculate_image_quality_score(np.array(features, dtype=np.float64)))
+
+
+METRICS: dict[str, Metric] = {
+    "haarpsi": Metric("haarpsi", "piq", True, True, _haarpsi),
+    "cvvdp": Metric("cvvdp", "cvvdp", True, True, _cvvdp),
+    "brisque": Metric("brisque", "brisque", False, False, _brisque),
+}
+BASE_METRICS = ("psnr", "ssim")  # always computed: the protocol's own two
+
+
+def parse_metrics(text: str) -> tuple[str, ...]:
+    """'psnr,ssim,cvvdp' -> the perceptual names asked for, in order (psnr and ssim are always there).
+
+    An unknown name is a ValueError listing the choices; a known one whose package is missing is a
+    :class:`PerceptualUnavailable`, raised here, before any image is upscaled.
+    """
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError("--metrics is empty; give e.g. psnr,ssim,haarpsi,cvvdp,brisque")
+    unknown = [n for n in names if n not in METRICS and n not in BASE_METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join((*BASE_METRICS, *METRICS))}")
+    chosen = tuple(dict.fromkeys(n for n in names if n in METRICS))
+    for name in chosen:
+        check_available(name)
+    return chosen
+
+
+def check_available(name: str) -> None:
+    """Raise :class:`PerceptualUnavailable` unless the metric's package (and what it needs) imports."""
+    metric = METRICS[name]
+    if metric.package == "piq":
+        _import("piq", "piq")
+    elif metric.package == "cvvdp":
+        _import("pycvvdp", "cvvdp")
+    else:
+        _import("brisque", "brisque")
+
+
+def score_perceptual(names: tuple[str, ...], hr: np.ndarray, sr: np.ndarray) -> dict[str, float]:
+    """Each named metric of one (HR, SR) pair, both uint8 and already cropped alike."""
+    if hr.shape[:2] != sr.shape[:2]:
+        raise ValueError(f"HR {hr.shape[:2]} and SR {sr.shape[:2]} differ in size")
+    return {name: METRICS[name].score(hr, sr) for name in names}
