@@ -79,7 +79,7 @@ EXPOSED_HEADERS = ["Server-Timing", "X-Model", "X-Model-Choice", "X-Scale", "X-I
                    "X-Budget-Map-Id", "Content-Disposition"]
 # Form fields that take one value: a repeated one is refused rather than silently taking the last.
 SINGLE_FIELDS = ("file", "scale", "outscale", "width", "height", "model", "format", "quality", "budget_map",
-                 "tta", "denoise", "keep_budget_map")
+                 "tta", "denoise", "look", "keep_budget_map")
 # Status for a request whose client went away (nginx's convention; nobody reads it).
 CLIENT_CLOSED = 499
 
@@ -234,8 +234,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         408: "the request's headers or its upload stalled (header or body timeout)",
         413: "upload over the byte limit, or image over the pixel limit",
         415: "not an image, an animated image, or an unsupported pixel format",
-        422: "bad or repeated field: unknown model, unavailable scale, bad format, quality or denoise "
-             "(or denoise with a model other than photo / auto); an output / work over the server's "
+        422: "bad or repeated field: unknown model, unavailable scale, bad format, quality, denoise or look "
+             "(or denoise / look with a model other than photo / auto, or a look at a scale photo-natural "
+             "lacks); an output / work over the server's "
              "limits, or predicted to take longer than its time limit; " + REFUSED_BEFORE_DECODING,
         503: "model loading, or server busy (see Retry-After)",
         504: "request took longer than the server's time limit",
@@ -272,6 +273,12 @@ async def upscale(
     denoise: Annotated[float | None, Form(description="photo and auto only: 0..1, photo's weights blended "
                                                       "with asa-base's, (1-D)*asa-base + D*photo "
                                                       "(default 1: photo as trained)")] = None,
+    look: Annotated[float | None, Form(description="photo and auto only (auto: its photo side), where GET "
+                                                   "/v1/models says look: 0..1, 0 = photo as trained "
+                                                   "(fidelity-first, default), 1 = photo-natural "
+                                                   "(GAN-trained texture); in between blends the weights, "
+                                                   "(1-L)*photo + L*photo-natural, before denoise's blend; "
+                                                   "X-Model names it (photo-x2@look=0.5)")] = None,
     keep_budget_map: Annotated[bool, Form(description="also keep this result's attention-budget map for "
                                                       "GET /v1/budget-maps/{id} (id in X-Budget-Map-Id): "
                                                       "showing it then needs no second upscale")] = False,
@@ -281,7 +288,7 @@ async def upscale(
     refuse_repeated_fields(await request.form())  # already parsed for the parameters: no second read
     family, asked = form_request(service.hub, model, scale=scale, outscale=outscale, width=width,
                                  height=height, fmt=fmt, quality=quality, budget_map=budget_map, tta=tta,
-                                 denoise=denoise)
+                                 denoise=denoise, look=look)
     engine = engine_for(service.hub, family, asked)
     job = service.job(await _read_upload(file, service.settings), family, asked, keep_budget_map)
     work = await service.admit(engine, job)

@@ -6,10 +6,12 @@ first use. A client names a model only by a catalogue name, never by a path.
 
 ``auto`` is offered as one more family when the folder holds both of its sides (the default family
 and the photo family: :mod:`sr.inference.model_choice`), at their common scales. A ``denoise``
-strength other than the default gets its own engine (photo blended with the default family); the
-most recently used :data:`MAX_DENOISE_ENGINES` of those are kept. Whether a family takes a denoise
-strength is the request's rule (:func:`sr.request.takes_denoise`, applied by
-:meth:`sr.request.UpscaleRequest.validate` to :meth:`ModelHub.request_model`'s name).
+strength or a ``look`` other than the default gets its own engine per (family, denoise, look) (photo
+blended with the default family, with photo-natural); the most recently used
+:data:`MAX_DENOISE_ENGINES` of those are kept. Whether a family takes a denoise strength or a look
+is the request's rule (:func:`sr.request.takes_denoise`, :func:`sr.request.takes_look`, applied by
+:meth:`sr.request.UpscaleRequest.validate` to :meth:`ModelHub.request_model`'s name); a look also
+needs photo-natural in the weights folder (:meth:`ModelHub.takes_look`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sr import AUTO_MODEL, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
+from sr import AUTO_MODEL, DEFAULT_MODEL, NATURAL_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from sr.descriptor import family_of
-from sr.request import DEFAULT_DENOISE, takes_denoise
+from sr.request import DEFAULT_DENOISE, DEFAULT_LOOK, takes_denoise, takes_look
 
 from .settings import Settings
 
@@ -36,8 +38,8 @@ log = logging.getLogger("sr.service")
 
 # Catalogue keys a client may see (a server-side file path is not one of them).
 _HIDDEN_KEYS = {"path"}
-# Engines kept for denoise strengths other than the default (each holds its blended weights, ~1.4 MB
-# per scale for asa-base): a client sweeping the slider does not grow the server without bound.
+# Engines kept for denoise strengths and looks other than the default (each holds its blended weights,
+# ~1.4 MB per scale for asa-base): a client sweeping the sliders does not grow the server without bound.
 MAX_DENOISE_ENGINES = 8
 AUTO_DESCRIPTION = (f"per upload: {PHOTO_MODEL} for lossy files (JPEG or WebP below quality "
                     f"{NEAR_LOSSLESS_QUALITY}), {DEFAULT_MODEL} for the rest")
@@ -52,7 +54,8 @@ class ModelHub:
         self.settings = settings
         self._lock = threading.Lock()
         self._engines: dict[str, Upscaler] = {}
-        self._denoise_engines: OrderedDict[tuple[str, float], Upscaler] = OrderedDict()  # LRU, bounded
+        # (family, denoise, look) -> engine: LRU, bounded
+        self._denoise_engines: OrderedDict[tuple[str, float | None, float | None], Upscaler] = OrderedDict()
         self.state = "loading"            # loading | ready | failed
         self.error: str | None = None
         self.loaded_event = threading.Event()
@@ -99,11 +102,12 @@ class ModelHub:
         return found
 
     def family_list(self) -> list[dict[str, Any]]:
-        """What GET /v1/models says of each family: name, scales, default, whether it takes denoise."""
+        """What GET /v1/models says of each family: name, scales, default, whether it takes denoise
+        and a look."""
         out = []
         for name, scales in self.families().items():
             entry: dict[str, Any] = {"name": name, "scales": scales, "default": name == self.default,
-                                     "denoise": self.takes_denoise(name)}
+                                     "denoise": self.takes_denoise(name), "look": self.takes_look(name)}
             if name == AUTO_MODEL:
                 entry["description"] = AUTO_DESCRIPTION
             out.append(entry)
@@ -131,18 +135,25 @@ class ModelHub:
         """Whether ``family`` accepts a denoise strength (photo and auto; not a served weights file)."""
         return takes_denoise(self.request_model(family))
 
+    def takes_look(self, family: str) -> bool:
+        """Whether ``family`` accepts a look: photo and auto (not a served weights file), when the
+        folder holds photo-natural, the far end of the blend."""
+        return takes_look(self.request_model(family)) and NATURAL_MODEL in self.families()
+
     # --- engines ---------------------------------------------------------------------------
-    def engine(self, family: str, denoise: float | None = None) -> Upscaler:
-        """The Upscaler for ``family`` at ``denoise`` (a validated request's: photo and auto only; the
-        engine refuses it for other families), built once; the engine itself loads weights lazily,
-        thread-safe."""
+    def engine(self, family: str, denoise: float | None = None, look: float | None = None) -> Upscaler:
+        """The Upscaler for ``family`` at ``denoise`` and ``look`` (a validated request's: photo and
+        auto only; the engine refuses them for other families), built once; the engine itself loads
+        weights lazily, thread-safe."""
         strength = DEFAULT_DENOISE if denoise is None and self.takes_denoise(family) else denoise
+        texture = DEFAULT_LOOK if look is None and takes_look(self.request_model(family)) else look
         with self._lock:
-            if strength is not None and strength != DEFAULT_DENOISE:
-                key = (family, strength)
+            if (strength is not None and strength != DEFAULT_DENOISE) or (texture is not None
+                                                                          and texture != DEFAULT_LOOK):
+                key = (family, strength, texture)
                 up = self._denoise_engines.get(key)
                 if up is None:
-                    up = self._build(family, strength)
+                    up = self._build(family, strength, texture)
                     self._denoise_engines[key] = up
                     while len(self._denoise_engines) > MAX_DENOISE_ENGINES:
                         self._denoise_engines.popitem(last=False)  # a running job keeps its own reference
@@ -150,18 +161,18 @@ class ModelHub:
                 return up
             up = self._engines.get(family)
             if up is None:
-                up = self._build(family, None)
+                up = self._build(family, None, None)
                 self._engines[family] = up
             return up
 
-    def _build(self, family: str, denoise: float | None) -> Upscaler:
+    def _build(self, family: str, denoise: float | None, look: float | None) -> Upscaler:
         from sr.inference import Upscaler
 
         s = self.settings
         own_file = self._default_file is not None and family == self.default
         source = str(self._default_file) if own_file else family
         return Upscaler(model=source, device=s.device, tile=s.tile, weights_dir=s.weights_dir,
-                        threads=s.engine_threads, denoise=denoise, precision=s.precision)
+                        threads=s.engine_threads, denoise=denoise, look=look, precision=s.precision)
 
     def load_default(self, calibrate: Callable[[Upscaler], None] | None = None) -> None:
         """Build the default engine and run a tiny image through every scale (loads and warms them);

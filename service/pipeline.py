@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
 
+from sr import NATURAL_MODEL
 from sr.inference import UpscaleError, Upscaler
 from sr.io import FORMATS, signatures, writable_format_for
 from sr.request import UpscaleRequest, same_format
@@ -60,7 +61,7 @@ class JobRequest:
     """One upload's job: its bytes, what it asks for (validated), and this server's limits on it."""
 
     data: bytes
-    request: UpscaleRequest  # size, format and quality, tta, budget map (model/denoise: the engine's)
+    request: UpscaleRequest  # size, format and quality, tta, budget map (model/denoise/look: the engine's)
     max_pixels: int
     budget_k_max: float | None = None  # heat-map scale: the model's k_max, so maps compare across images
     max_output_pixels: int | None = None
@@ -97,6 +98,7 @@ class JobResult:
 def form_request(
     hub: ModelHub, model: str | None, *, scale: int | None, outscale: float | None, width: int | None,
     height: int | None, fmt: str, quality: int, budget_map: bool, tta: bool, denoise: float | None,
+    look: float | None = None,
 ) -> tuple[str, UpscaleRequest]:
     """(family, the validated request) from an upload's form fields; HTTPException(422) saying why
     not. The model is a catalogue name (photo-x2 implies scale 2); every other value is checked
@@ -108,20 +110,25 @@ def form_request(
     if implied is not None and scale is not None and scale != implied:
         raise HTTPException(422, detail=f"model {model!r} is a x{implied} model but scale={scale} was asked")
     request = UpscaleRequest(scale=scale if scale is not None else implied, outscale=outscale, width=width,
-                             height=height, model=hub.request_model(family), denoise=denoise, tta=tta,
-                             format=fmt, quality=quality, budget_map=budget_map)
+                             height=height, model=hub.request_model(family), denoise=denoise, look=look,
+                             tta=tta, format=fmt, quality=quality, budget_map=budget_map)
     try:
-        return family, request.validate()
+        request = request.validate()
     except ValueError as e:
         raise HTTPException(422, detail=str(e)) from None
+    if request.look and not hub.takes_look(family):  # photo or auto, but no photo-natural here
+        raise HTTPException(422, detail=f"look needs {NATURAL_MODEL} weights, which this server does not "
+                                        f"have (GET /v1/models: look)")
+    return family, request
 
 
 def engine_for(hub: ModelHub, family: str, request: UpscaleRequest) -> Upscaler:
-    """The family's engine at the request's denoise strength; 422 for a scale it lacks (the engine's
+    """The family's engine at the request's denoise strength and look; 422 for a scale it (or, with
+    a look, photo-natural) lacks (the engine's
     words, as ``sr upscale`` says them), 503 when a listed model's file is unusable (the server's
     fault, not the client's)."""
     try:
-        engine = hub.engine(family, request.denoise)
+        engine = hub.engine(family, request.denoise, request.look)
     except UpscaleError as e:
         raise HTTPException(503, detail=f"model {family} is unavailable: {e}") from None
     if request.scale is not None:

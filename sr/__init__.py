@@ -7,6 +7,9 @@ DEFAULT_MODEL = "asa-base"
 # The family fine-tuned from DEFAULT_MODEL on degraded inputs (blur, noise, JPEG): `--model photo`,
 # the lossy side of `auto`, and the far end of `--denoise` (0 = DEFAULT_MODEL, 1 = PHOTO_MODEL).
 PHOTO_MODEL = "photo"
+# The GAN fine-tune of PHOTO_MODEL (same architecture): natural texture over fidelity. A family of its
+# own (`--model photo-natural`) and the far end of `--look` (0 = PHOTO_MODEL as trained, 1 = this).
+NATURAL_MODEL = "photo-natural"
 # `--model auto`: per input file, PHOTO_MODEL for lossy files (JPEG, lossy WebP), DEFAULT_MODEL for
 # the rest, read from the file's own bytes (sr.inference.model_choice).
 AUTO_MODEL = "auto"
@@ -22,6 +25,7 @@ __all__ = [
     "AUTO_MODEL",
     "DEFAULT_CHOICE",
     "DEFAULT_MODEL",
+    "NATURAL_MODEL",
     "NEAR_LOSSLESS_QUALITY",
     "PHOTO_MODEL",
     "__version__",

@@ -12,18 +12,23 @@ import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import AUTO_MODEL, DEFAULT_MODEL, PHOTO_MODEL
+from . import AUTO_MODEL, DEFAULT_MODEL, NATURAL_MODEL, PHOTO_MODEL
 
 __all__ = [
     "ALPHA_MODES",
     "DEFAULT_DENOISE",
+    "DEFAULT_LOOK",
     "DEFAULT_TILE_OVERLAP",
     "DENOISE_MODELS",
+    "LOOK_MODELS",
     "PRECISIONS",
     "RequestError",
     "UpscaleRequest",
     "parse_denoise",
+    "parse_look",
     "same_format",
+    "takes_denoise",
+    "takes_look",
 ]
 
 # How alpha is upscaled: bicubic, or by the model as a gray image.
@@ -37,6 +42,11 @@ PRECISIONS = ("auto", "fp32", "bf16")
 # Models that take a denoise strength, and the strength when none is given (the photo model as trained).
 DENOISE_MODELS = (PHOTO_MODEL, AUTO_MODEL)
 DEFAULT_DENOISE = 1.0
+# Models that take a look L (photo's weights blended with NATURAL_MODEL's: 0 = photo as trained,
+# fidelity-first; 1 = NATURAL_MODEL), and the look when none is given. auto applies it to its lossy
+# (photo) side only.
+LOOK_MODELS = DENOISE_MODELS
+DEFAULT_LOOK = 0.0
 
 
 class RequestError(ValueError):
@@ -48,24 +58,35 @@ class RequestError(ValueError):
         self.field = field
 
 
-def parse_denoise(value: object, name: str = "denoise") -> float:
-    """A denoise strength in [0, 1] from a number or its text; RequestError saying why otherwise
-    (``name``: what the caller's users call the field)."""
+def _parse_unit(value: object, field: str, name: str, ends: str) -> float:
+    """A number in [0, 1] from a number or its text; RequestError(field) saying why otherwise."""
     bad = f"{name} must be a number from 0 to 1"
     if isinstance(value, bool):
-        raise RequestError("denoise", f"{bad}, got {value!r}")
+        raise RequestError(field, f"{bad}, got {value!r}")
     if isinstance(value, str):
         try:
             number = float(value.strip())
         except ValueError:
-            raise RequestError("denoise", f"{bad}, got {value!r}") from None
+            raise RequestError(field, f"{bad}, got {value!r}") from None
     elif isinstance(value, (int, float)):
         number = float(value)
     else:
-        raise RequestError("denoise", f"{bad}, got {value!r}")
+        raise RequestError(field, f"{bad}, got {value!r}")
     if not math.isfinite(number) or not 0 <= number <= 1:
-        raise RequestError("denoise", f"{bad} (0 = {DEFAULT_MODEL}, 1 = {PHOTO_MODEL}), got {value!r}")
+        raise RequestError(field, f"{bad} ({ends}), got {value!r}")
     return number
+
+
+def parse_denoise(value: object, name: str = "denoise") -> float:
+    """A denoise strength in [0, 1] from a number or its text; RequestError saying why otherwise
+    (``name``: what the caller's users call the field)."""
+    return _parse_unit(value, "denoise", name, f"0 = {DEFAULT_MODEL}, 1 = {PHOTO_MODEL}")
+
+
+def parse_look(value: object, name: str = "look") -> float:
+    """A look in [0, 1] (0 = photo as trained, 1 = photo-natural) from a number or its text;
+    RequestError saying why otherwise (``name``: what the caller's users call the field)."""
+    return _parse_unit(value, "look", name, f"0 = {PHOTO_MODEL}, 1 = {NATURAL_MODEL}")
 
 
 @dataclass(frozen=True)
@@ -84,6 +105,7 @@ class UpscaleRequest:
     height: int | None = None
     model: str = DEFAULT_MODEL
     denoise: float | None = None
+    look: float | None = None
     tta: bool = False
     alpha_mode: str = "bicubic"
     format: str = "png"
@@ -129,6 +151,11 @@ class UpscaleRequest:
             if not takes_denoise(self.model):
                 raise RequestError("denoise", f"{name('denoise')} applies only to the models "
                                               f"{' and '.join(DENOISE_MODELS)}, not {self.model!r}")
+        if self.look is not None:
+            parse_look(self.look, name("look"))
+            if not takes_look(self.model):
+                raise RequestError("look", f"{name('look')} applies only to the models "
+                                           f"{' and '.join(LOOK_MODELS)}, not {self.model!r}")
         return self
 
     def _known_format(self) -> bool:
@@ -163,6 +190,12 @@ def takes_denoise(model: object) -> bool:
         return False
     # photo or photo-x{2,3,4} (sr.descriptor.family_of's rule, which imports torch)
     return model in (AUTO_MODEL, PHOTO_MODEL) or model in (f"{PHOTO_MODEL}-x{s}" for s in (2, 3, 4))
+
+
+def takes_look(model: object) -> bool:
+    """Whether ``model`` accepts a look: the models that take denoise (auto, photo, photo-x2); not
+    photo-natural itself, nor weights files."""
+    return takes_denoise(model)
 
 
 def same_format(source: str | None) -> str:

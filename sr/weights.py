@@ -8,7 +8,8 @@ one clear :class:`WeightsError`.
 Names become files here and only here: :func:`describe` / :func:`load_model` give one model's
 :class:`~sr.descriptor.ModelDescriptor`, :func:`find_models` a family's (one per scale) and
 :func:`catalog` every model of a folder. :func:`load_blend` interpolates two models of one
-architecture tensor by tensor (network interpolation: ``--denoise``).
+architecture tensor by tensor (network interpolation: ``--denoise``), :func:`load_look` photo with
+photo-natural, and the result with the default family too (``--look`` with ``--denoise``).
 """
 
 from __future__ import annotations
@@ -234,13 +235,59 @@ def _file_key(path: Path) -> tuple[str, int, int]:
     return str(path.resolve()), st.st_mtime_ns, st.st_size
 
 
-@lru_cache(maxsize=BLEND_CACHE_SIZE)
-def _blended_state(base: tuple[str, int, int], other: tuple[str, int, int], amount: float) -> dict:
+# A cache key: a file's (_file_key), or a blend's (base key, other key, amount), which nests.
+StateKey = tuple
+
+
+def _state(key: StateKey) -> Mapping[str, torch.Tensor]:
+    """The tensors ``key`` names: a file's, read now, or a blend's (cached by :func:`_blended_state`)."""
+    if isinstance(key[0], tuple):
+        return _blended_state(*key)
     try:
-        a, b = load_file(base[0]), load_file(other[0])
+        return load_file(key[0])
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise WeightsError(f"corrupt tensor data ({e})") from None
-    return blend_state_dicts(a, b, amount)
+
+
+@lru_cache(maxsize=BLEND_CACHE_SIZE)
+def _blended_state(base: StateKey, other: StateKey, amount: float) -> dict:
+    return blend_state_dicts(_state(base), _state(other), amount)
+
+
+def _weights_file(model: str | Path | ModelDescriptor) -> ModelDescriptor:
+    desc = model if isinstance(model, ModelDescriptor) else describe(resolve_weights(str(model)))
+    if desc.path is None:
+        raise WeightsError("blending needs weights files")
+    return desc
+
+
+def _check_amount(amount: object, label: str = "blend amount") -> float:
+    if isinstance(amount, bool) or not (isinstance(amount, (int, float)) and math.isfinite(amount)
+                                        and 0 <= amount <= 1):
+        raise WeightsError(f"{label} must be a number in [0, 1], got {amount!r}")
+    return float(amount)
+
+
+def _blended(key: StateKey, files: list[ModelDescriptor], desc: ModelDescriptor,
+             map_location: str | torch.device, name: str, meta: dict[str, str]) -> ModelDescriptor:
+    """``desc`` renamed, with ``meta`` and a network holding the (cached) blend ``key`` of ``files``."""
+    for other in files[1:]:
+        if other.config.to_dict() != files[0].config.to_dict():
+            raise WeightsError(f"cannot blend {files[0].name} and {other.name}: their architectures differ")
+    paths = [str(f.path) for f in files]
+    try:
+        state = _blended_state(*key)
+    except WeightsError as e:
+        raise WeightsError(f"{' / '.join(paths)}: {e}") from None
+    except (OSError, ValueError) as e:
+        raise WeightsError(f"cannot blend {' and '.join(paths)}: {e}") from None
+    net = SRNet(desc.config)
+    try:
+        net.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise WeightsError(f"{desc.path}: blended weights do not match the architecture: {e}") from None
+    net = net.to(map_location).eval()
+    return replace(desc, name=name, meta={**desc.meta, **meta}, net=net)
 
 
 def load_blend(
@@ -256,25 +303,39 @@ def load_blend(
     cached per (files, amount), so each strength of each scale is computed once; every call builds
     its own network from it. ``name`` defaults to "<other>@<amount>".
     """
-    a = base if isinstance(base, ModelDescriptor) else describe(resolve_weights(str(base)))
-    b = other if isinstance(other, ModelDescriptor) else describe(resolve_weights(str(other)))
-    if a.path is None or b.path is None:
-        raise WeightsError("blending needs two weights files")
+    a, b = _weights_file(base), _weights_file(other)
     if a.config.to_dict() != b.config.to_dict():
         raise WeightsError(f"cannot blend {a.name} and {b.name}: their architectures differ")
-    if not (isinstance(amount, (int, float)) and math.isfinite(amount) and 0 <= amount <= 1):
-        raise WeightsError(f"blend amount must be a number in [0, 1], got {amount!r}")
-    try:
-        state = _blended_state(_file_key(a.path), _file_key(b.path), float(amount))
-    except WeightsError as e:
-        raise WeightsError(f"{a.path} / {b.path}: {e}") from None
-    except (OSError, ValueError) as e:
-        raise WeightsError(f"cannot blend {a.path} and {b.path}: {e}") from None
-    net = SRNet(b.config)
-    try:
-        net.load_state_dict(state, strict=True)
-    except RuntimeError as e:
-        raise WeightsError(f"{b.path}: blended weights do not match the architecture: {e}") from None
-    net = net.to(map_location).eval()
-    meta = {**b.meta, "blend": json.dumps({"base": a.name, "other": b.name, "amount": float(amount)})}
-    return replace(b, name=name or f"{b.name}@{float(amount):g}", meta=meta, net=net)
+    amount = _check_amount(amount)
+    meta = {"blend": json.dumps({"base": a.name, "other": b.name, "amount": amount})}
+    return _blended((_file_key(a.path), _file_key(b.path), amount), [a, b], b, map_location,
+                    name or f"{b.name}@{amount:g}", meta)
+
+
+def load_look(
+    photo: str | Path | ModelDescriptor,
+    natural: str | Path | ModelDescriptor,
+    look: float,
+    base: str | Path | ModelDescriptor | None = None,
+    denoise: float = 1.0,
+    map_location: str | torch.device = "cpu",
+    name: str | None = None,
+) -> ModelDescriptor:
+    """``photo``'s descriptor with a network whose every tensor is (1 - look) * photo + look * natural
+    (``--look``); with ``base`` and ``denoise`` < 1, (1 - denoise) * base + denoise * that (``--look``
+    with ``--denoise``: the look is applied to photo first, then blended with the default family).
+
+    All of one architecture. Cached as :func:`load_blend`'s blends: photo's look per (files, look),
+    the denoised one per (files, look, denoise). ``name`` defaults to "<photo>@look=<look>".
+    """
+    p, n = _weights_file(photo), _weights_file(natural)
+    look = _check_amount(look, "look")
+    files = [p, n]
+    key: StateKey = (_file_key(p.path), _file_key(n.path), look)
+    meta = {"look": json.dumps({"base": p.name, "other": n.name, "amount": look})}
+    if base is not None and _check_amount(denoise, "denoise") != 1:
+        d = _weights_file(base)
+        files.insert(0, d)
+        key = (_file_key(d.path), key, float(denoise))
+        meta["blend"] = json.dumps({"base": d.name, "other": p.name, "amount": float(denoise)})
+    return _blended(key, files, p, map_location, name or f"{p.name}@look={look:g}", meta)

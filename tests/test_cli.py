@@ -96,6 +96,7 @@ def test_help_lists_the_exit_codes(capsys: pytest.CaptureFixture) -> None:
 @pytest.mark.parametrize("argv", [
     [],
     ["upscale", "x.png", "-o", "out", "--denoise", "2"],
+    ["upscale", "x.png", "-o", "out", "--look", "2"],
     ["upscale", "x.png", "-o", "out", "--scale", "7"],
     ["upscale", "x.png", "-o", "out", "--precision", "fp8"],
 ])

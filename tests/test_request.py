@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sr.request import RequestError, UpscaleRequest, same_format, takes_denoise
+from sr.request import RequestError, UpscaleRequest, parse_look, same_format, takes_denoise, takes_look
 
 
 def test_a_plain_request_is_valid_and_frozen() -> None:
@@ -28,6 +28,11 @@ def test_a_plain_request_is_valid_and_frozen() -> None:
     ({"precision": "fp16"}, "precision must be one of auto, fp32, bf16"),
     ({"denoise": 2}, "denoise must be a number from 0 to 1"),
     ({"denoise": 0.5, "model": "asa-base"}, "denoise applies only to the models photo and auto"),
+    ({"look": 1.5, "model": "photo"}, r"look must be a number from 0 to 1 \(0 = photo, 1 = photo-natural\)"),
+    ({"look": "abc", "model": "photo"}, "look must be a number from 0 to 1, got 'abc'"),
+    ({"look": True, "model": "photo"}, "look must be a number from 0 to 1"),
+    ({"look": 0.5, "model": "asa-base"}, "look applies only to the models photo and auto, not 'asa-base'"),
+    ({"look": 0, "model": "photo-natural"}, "look applies only to the models photo and auto"),
 ])
 def test_validation_names_the_bad_value(fields: dict, message: str) -> None:
     with pytest.raises(RequestError, match=message) as e:
@@ -41,6 +46,8 @@ def test_validation_names_the_bad_value(fields: dict, message: str) -> None:
     ({"denoise": 0.5, "model": "asa-base"},
      "--denoise applies only to the models photo and auto, not 'asa-base'"),
     ({"denoise": -1, "model": "photo"}, "--denoise must be a number from 0 to 1"),
+    ({"look": 0.5, "model": "asa-base"}, "--look applies only to the models photo and auto, not 'asa-base'"),
+    ({"look": -0.1, "model": "auto"}, "--look must be a number from 0 to 1"),
 ])
 def test_validation_speaks_the_callers_names(fields: dict, message: str) -> None:
     # The CLI renders a field as its flag; the message is otherwise the one the service sends.
@@ -62,6 +69,19 @@ def test_denoise_goes_with_photo_and_auto_only() -> None:
         assert takes_denoise(model) and UpscaleRequest(model=model, denoise=0.3).validate()
     for model in ("asa-base", "photo-x7", "photos", "w/photo.safetensors", "photo.safetensors"):
         assert not takes_denoise(model)
+
+
+def test_look_goes_with_photo_and_auto_only_and_parses_text() -> None:
+    for model in ("photo", "photo-x2", "auto"):
+        assert takes_look(model) and UpscaleRequest(model=model, look=0.5, denoise=0.3).validate()
+    for model in ("asa-base", "photo-natural", "photo-natural-x2", "w/photo.safetensors"):
+        assert not takes_look(model)
+    assert UpscaleRequest(model="photo").look is None  # not given: photo as trained
+    assert parse_look(" 0.25 ") == 0.25 and parse_look(0) == 0.0 and parse_look(1) == 1.0
+    for bad in ("nan", "inf", "-0.5", "", None, [0.5]):
+        with pytest.raises(RequestError) as e:
+            parse_look(bad)
+        assert e.value.field == "look"
 
 
 @pytest.mark.parametrize("fields, suffix", [

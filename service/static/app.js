@@ -11,7 +11,7 @@ const state = {
   budgetUrl: null,    // object URL of the budget heat map for the current result
   budgetId: null,     // X-Budget-Map-Id of the current result: its map, kept by the server
   request: null,      // the form fields that produced the current result
-  families: [],       // [{name, scales, default, denoise, description?}]
+  families: [],       // [{name, scales, default, denoise, look, description?}]
   models: [],         // catalogue entries
   modelsError: "",    // why the model list could not be loaded (e.g. the server needs a key)
   beforeNote: "",     // how "before" was obtained, or why it cannot be shown
@@ -124,13 +124,16 @@ function fillScales() {
   describeModel();
 }
 
-// The denoise slider applies to the models that take it (photo, auto: `denoise` in /v1/models).
+// The denoise and look sliders apply to the models that take them (photo, auto: `denoise` and
+// `look` in /v1/models; look only where the server has photo-natural).
 function updateDenoise() {
   const fam = currentFamily();
-  const on = Boolean(fam && fam.denoise);
-  $("denoise").disabled = !on;
-  $("denoise-row").hidden = !on;
-  $("denoise-value").textContent = Number($("denoise").value).toFixed(2);
+  const takes = { denoise: Boolean(fam && fam.denoise), look: Boolean(fam && fam.look) };
+  for (const [name, on] of Object.entries(takes)) {
+    $(name).disabled = !on;
+    $(`${name}-row`).hidden = !on;
+    $(`${name}-value`).textContent = Number($(name).value).toFixed(2);
+  }
 }
 
 function describeModel() {
@@ -234,6 +237,7 @@ function currentFields() {
                    quality: $("quality").value, tta: $("tta").checked ? "true" : "false",
                    keep_budget_map: "true" };  // the overlay then needs no second upscale
   if (!$("denoise").disabled) fields.denoise = $("denoise").value;
+  if (!$("look").disabled) fields.look = $("look").value;
   return fields;
 }
 
@@ -446,6 +450,7 @@ function init() {
   $("model").addEventListener("change", fillScales);
   $("scale").addEventListener("change", describeModel);
   $("denoise").addEventListener("input", updateDenoise);
+  $("look").addEventListener("input", updateDenoise);
   $("format").addEventListener("change", updateQuality);
   $("upscale").addEventListener("click", upscale);
   $("slider").addEventListener("input", (e) => setSlider(Number(e.target.value)));

@@ -28,7 +28,7 @@ NO_BUDGET_MAPS = "sr upscale: the model has no adaptive attention: no budget map
 def make_upscaler(
     opts: BatchOptions, device: str | None = None, threads: int | None = None, model: str | Path | None = None
 ) -> Upscaler:
-    """The batch's ``Upscaler``: the request's model, denoise and precision, the batch's tiling and
+    """The batch's ``Upscaler``: the request's model, denoise, look and precision, the batch's tiling and
     device (built once per Ray actor too, from the same options). ``model`` overrides the request's
     (a Ray actor's local copy of a user's weights file)."""
     from ..inference import Upscaler
@@ -38,7 +38,7 @@ def make_upscaler(
                     tile=opts.tile_size, tile_overlap=opts.tile_overlap,
                     threads=threads if threads is not None else opts.threads,
                     attention_path=opts.attention_path, compile=opts.compile, denoise=request.denoise,
-                    precision=request.precision)
+                    look=request.look, precision=request.precision)
 
 
 def read_input(job: Job, max_pixels: int) -> tuple[DecodedImage | None, str | None]:

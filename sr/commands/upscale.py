@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
+from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL, NATURAL_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from ..io import DEFAULT_MAX_PIXELS
-from ..request import ALPHA_MODES, DEFAULT_TILE_OVERLAP, parse_denoise
+from ..request import ALPHA_MODES, DEFAULT_TILE_OVERLAP, parse_denoise, parse_look
 from .precision import add_precision_argument
 
 
@@ -31,6 +31,14 @@ def denoise_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def look_arg(text: str) -> float:
+    """argparse type of ``--look``: a number from 0 to 1 (a bad value exits 2 with the reason)."""
+    try:
+        return parse_look(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="image or video files, folders or glob patterns")
@@ -43,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"lossy files, JPEG or WebP below quality {NEAR_LOSSLESS_QUALITY}; {DEFAULT_MODEL} "
                         f"for the rest, lossless files and JPEG/WebP of quality {NEAR_LOSSLESS_QUALITY} and "
                         f"above), a shipped family ({DEFAULT_MODEL}: clean input; {PHOTO_MODEL}: fine-tuned "
-                        "on blurred, noisy, JPEG-compressed inputs), a full name "
+                        f"on blurred, noisy, JPEG-compressed inputs; {NATURAL_MODEL}: its GAN fine-tune, "
+                        "natural texture), a full name "
                         f"({DEFAULT_MODEL}-x2) or a .safetensors file (default: {DEFAULT_CHOICE})")
     p.add_argument("--denoise", type=denoise_arg, default=None, metavar="D",
                    help=f"0..1, with --model {PHOTO_MODEL} or {AUTO_MODEL} only: run {PHOTO_MODEL} "
@@ -51,6 +60,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(1-D)*{DEFAULT_MODEL} + D*{PHOTO_MODEL} (0 = {DEFAULT_MODEL} exactly; default "
                         f"1 = {PHOTO_MODEL} as trained; {AUTO_MODEL}'s lossless inputs always get "
                         f"{DEFAULT_MODEL})")
+    p.add_argument("--look", type=look_arg, default=None, metavar="L",
+                   help=f"0..1, with --model {PHOTO_MODEL} or {AUTO_MODEL} only: 0 = {PHOTO_MODEL} as "
+                        f"trained (fidelity-first, default), 1 = {NATURAL_MODEL}: GAN-trained texture; in "
+                        f"between blends the weights, (1-L)*{PHOTO_MODEL} + L*{NATURAL_MODEL} (with "
+                        f"--denoise, applied to {PHOTO_MODEL} before the blend with {DEFAULT_MODEL}; "
+                        f"{AUTO_MODEL}'s lossless inputs always get {DEFAULT_MODEL})")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print each written file with the model it got (with auto: why) and its decode, "
                         "upscale and encode seconds, then those summed over the batch")

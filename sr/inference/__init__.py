@@ -12,13 +12,25 @@ from .engine import (
     list_models,
 )
 from .heatmap import budget_heatmap
-from .model_choice import DEFAULT_DENOISE, DENOISE_MODELS, ModelChoice, parse_denoise, takes_denoise
+from .model_choice import (
+    DEFAULT_DENOISE,
+    DEFAULT_LOOK,
+    DENOISE_MODELS,
+    LOOK_MODELS,
+    ModelChoice,
+    parse_denoise,
+    parse_look,
+    takes_denoise,
+    takes_look,
+)
 
 __all__ = [
     "ALPHA_MODES",
     "DEFAULT_DENOISE",
+    "DEFAULT_LOOK",
     "DEFAULT_TILE_OVERLAP",
     "DENOISE_MODELS",
+    "LOOK_MODELS",
     "ModelChoice",
     "Plan",
     "UpscaleCancelled",
@@ -29,5 +41,7 @@ __all__ = [
     "choose_passes",
     "list_models",
     "parse_denoise",
+    "parse_look",
     "takes_denoise",
+    "takes_look",
 ]

@@ -3,8 +3,9 @@
 One :class:`Upscaler` holds the weights of a model family (one file per scale, loaded lazily) and
 serves any number of concurrent :meth:`Upscaler.upscale` calls: every per-call value (tile plan,
 buffers, budget maps) lives on the call's stack, and the only shared mutable state, the cache of
-loaded networks, is filled under a lock. ``model="auto"`` and ``denoise=`` (the photo family blended
-with the default one) follow :mod:`sr.inference.model_choice`.
+loaded networks, is filled under a lock. ``model="auto"``, ``denoise=`` (the photo family blended
+with the default one) and ``look=`` (photo blended with photo-natural) follow
+:mod:`sr.inference.model_choice`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL
+from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL, NATURAL_MODEL, PHOTO_MODEL
 from .. import weights as sr_weights
 from ..descriptor import ModelDescriptor
 from ..io import SAMPLE_TYPES, to_float
@@ -32,7 +33,7 @@ from ..models import ATTENTION_PATHS, SRNet, set_attention_path
 from ..request import ALPHA_MODES, DEFAULT_TILE_OVERLAP, UpscaleRequest
 from .devices import DeviceError, available_memory, configure_threads, resolve_device
 from .ensemble import self_ensemble
-from .model_choice import AutoModel, ModelChoice, Source, check_denoise
+from .model_choice import AutoModel, ModelChoice, Source, check_denoise, check_look
 from .precision import PrecisionError, parse_precision, record_name, resolve_dtype
 from .resample import resize_to
 from .tiling import ProgressFn, TileFn, fastest_tile, min_tile, plan_axis, run_tiled
@@ -176,6 +177,11 @@ class Upscaler:
     ``denoise`` (photo and auto only; default 1): D in [0, 1] runs the photo weights blended with
     the default family's of the same scale, every tensor (1 - D) * default + D * photo.
 
+    ``look`` (photo and auto only; default 0): L in [0, 1] runs photo's weights blended with
+    photo-natural's (the GAN fine-tune), every tensor (1 - L) * photo + L * photo-natural; with D < 1
+    as well, (1 - D) * default + D * that. L = 0 blends nothing (photo as trained); a scale
+    photo-natural lacks is refused when a pass needs it ("photo-natural has no x3 weights").
+
     ``precision``: 'auto' (GPUs: bf16/fp16 as always; CPUs: bf16 where the CPU has AMX and the
     model's measured bf16 cost is on record within 0.01 dB, else fp32), 'fp32' or 'bf16'
     (:mod:`sr.inference.precision`); :meth:`dtype_for` tells what a scale runs in.
@@ -195,9 +201,11 @@ class Upscaler:
         shape_bucket: int | None = None,
         denoise: float | None = None,
         precision: str = "auto",
+        look: float | None = None,
     ) -> None:
         try:
             self.denoise = check_denoise(model, denoise)
+            self.look = check_look(model, look)
         except ValueError as e:
             raise UpscaleError(str(e)) from None
         # what a sibling engine (auto's two sides) is built with: these same settings
@@ -244,12 +252,13 @@ class Upscaler:
         self.weights_dir = Path(weights_dir) if weights_dir is not None else sr_weights.WEIGHTS_DIR
         self._auto: AutoModel | None = None
         self._blend_base: dict[int, ModelDescriptor] = {}  # denoise < 1: the default family, by scale
+        self._natural: dict[int, ModelDescriptor] = {}  # look > 0 (and denoise > 0): photo-natural, by scale
         if model == AUTO_MODEL:
-            def sibling(family: str, denoise: float | None) -> Upscaler:
-                return Upscaler(family, device=str(self.device), denoise=denoise, **options)
+            def sibling(family: str, denoise: float | None, look: float | None) -> Upscaler:
+                return Upscaler(family, device=str(self.device), denoise=denoise, look=look, **options)
 
             try:
-                self._auto = AutoModel(sibling, self.denoise)
+                self._auto = AutoModel(sibling, self.denoise, self.look)
             except ValueError as e:
                 raise UpscaleError(str(e)) from None
             self.name, self._descriptors = AUTO_MODEL, self._auto.descriptors
@@ -262,6 +271,11 @@ class Upscaler:
                     raise UpscaleError(f"denoise blends {self.name} with {DEFAULT_MODEL}, which has no "
                                        f"x{', x'.join(map(str, missing))} model")
                 self._blend_base = base
+            if self.look and self.denoise != 0:  # at D = 0 the weights are the default family's alone
+                try:
+                    _, self._natural = self._find_weights(NATURAL_MODEL)
+                except UpscaleError as e:
+                    raise UpscaleError(f"look blends {self.name} with {NATURAL_MODEL}: {e}") from None
         self.scales: list[int] = sorted(self._descriptors)
         self._models: dict[int, _Loaded] = {}
         self._lock = threading.Lock()
@@ -303,11 +317,16 @@ class Upscaler:
         with self._lock:  # one load per scale even when concurrent calls ask for it together
             loaded = self._models.get(scale)
             if loaded is None:
+                self._check_look([scale])
                 try:
                     desc = self._descriptors[scale]
-                    if self._blend_base:  # cached per (scale, denoise) by sr.weights
+                    if self._natural:  # cached per (scale, look[, denoise]) by sr.weights
+                        desc = sr_weights.load_look(desc, self._natural[scale], self.look,
+                                                    base=self._blend_base.get(scale), denoise=self.denoise,
+                                                    name=self._blend_name(desc))
+                    elif self._blend_base:  # cached per (scale, denoise) by sr.weights
                         desc = sr_weights.load_blend(self._blend_base[scale], desc, self.denoise,
-                                                     name=f"{desc.name}@denoise={self.denoise:g}")
+                                                     name=self._blend_name(desc))
                     else:
                         desc = sr_weights.loaded(desc)
                 except sr_weights.WeightsError as e:
@@ -322,6 +341,27 @@ class Upscaler:
                 self._models[scale] = loaded
         return loaded
 
+    def _blend_name(self, desc: ModelDescriptor) -> str:
+        """A blend's name, as -v and the service's X-Model show it: photo-x2@denoise=0.5,
+        photo-x2@look=0.5, photo-x2@denoise=0.5,look=0.25."""
+        parts = []
+        if self._blend_base:
+            parts.append(f"denoise={self.denoise:g}")
+        if self._natural:
+            parts.append(f"look={self.look:g}")
+        return f"{desc.name}@{','.join(parts)}"
+
+    def _check_look(self, passes: list[int]) -> None:
+        """UpscaleError when a look needs a scale photo-natural lacks (auto: its photo side's)."""
+        if self._auto is not None:
+            self._auto.engines[PHOTO_MODEL]._check_look(passes)
+            return
+        missing = sorted(set(passes) - set(self._natural)) if self._natural else []
+        if missing:
+            have = ", ".join(f"x{s}" for s in sorted(self._natural))
+            raise UpscaleError(f"{NATURAL_MODEL} has no x{missing[0]} weights: look {self.look:g} needs "
+                               f"them (it has {have}; look 0 runs {PHOTO_MODEL} at every scale)")
+
     @property
     def dtype(self) -> torch.dtype:
         """What the smallest scale (the default one) runs in; :meth:`dtype_for` for any scale."""
@@ -333,6 +373,9 @@ class Upscaler:
         if self._auto is not None:
             return self._auto.engines[DEFAULT_MODEL].dtype_for(scale)
         names = [record_name(self._descriptors[scale])]
+        if scale in self._natural:  # L = 1 is photo-natural's tensors exactly: its record alone
+            natural = record_name(self._natural[scale])
+            names = [natural] if self.look == 1 else [*names, natural]
         if self._blend_base:
             # a blend runs bf16 only where both of its files may; D = 0 is the default family's tensors
             # exactly, so its record alone decides
@@ -413,6 +456,7 @@ class Upscaler:
                 f"output {out_w}x{out_h} is too large (limit {MAX_OUTPUT_PIXELS / 2**20:.0f} megapixels)"
             )
         passes = choose_passes(factor, allowed)
+        self._check_look(passes)
         if h * w * math.prod(passes) ** 2 > MAX_OUTPUT_PIXELS:  # the model's output before the resize
             raise UpscaleError(
                 f"the model passes {passes} would make a {w * math.prod(passes)}x{h * math.prod(passes)} "
@@ -591,7 +635,7 @@ class Upscaler:
         quantize: bool = False,
         progress: ProgressFn | None = None,
     ) -> UpscaleResult:
-        """:meth:`upscale` with a request's size, tta and alpha mode (its model, denoise and
+        """:meth:`upscale` with a request's size, tta and alpha mode (its model, denoise, look and
         precision are this engine's own). The budget map is computed when the request's output is
         the map, or with ``budget_map`` (a batch's extra file, the service's kept map)."""
         return self.upscale(img, scale=request.scale, outscale=request.outscale, width=request.width,

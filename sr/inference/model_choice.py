@@ -1,4 +1,4 @@
-"""Which model an input gets: ``--model auto`` and ``--denoise``.
+"""Which model an input gets: ``--model auto``, ``--denoise`` and ``--look``.
 
 ``auto`` picks per input file, from the file's own bytes (:func:`sr.lossy.inspect_compression`):
 the photo family (:data:`sr.PHOTO_MODEL`, fine-tuned on blurred, noisy, JPEG-compressed inputs) for
@@ -13,7 +13,13 @@ the same scale: every tensor (1 - D) * default + D * photo (:func:`sr.weights.lo
 the default family's weights exactly, D = 1 (the default) the photo family's. It applies to
 ``photo`` (and its full names, ``photo-x2``) and to ``auto``'s lossy side only.
 
-:class:`sr.inference.Upscaler` takes ``model="auto"`` and ``denoise=`` itself, so the CLI, the
+``look`` L in [0, 1] does the same with :data:`sr.NATURAL_MODEL` (photo-natural, the GAN fine-tune of
+the photo family): photo's weights become (1 - L) * photo + L * photo-natural, every tensor. L = 0
+(the default) is photo as trained (fidelity-first; nothing is blended), L = 1 photo-natural's
+weights. With D < 1 too: (1 - D) * default + D * ((1 - L) * photo + L * photo-natural). Like
+denoise it applies to photo and to auto's lossy side only: auto stays fidelity-first unless asked.
+
+:class:`sr.inference.Upscaler` takes ``model="auto"``, ``denoise=`` and ``look=`` itself, so the CLI, the
 service and Python callers share this one rule.
 """
 
@@ -27,7 +33,16 @@ from typing import Any, Protocol
 from .. import AUTO_MODEL, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from ..descriptor import ModelDescriptor
 from ..lossy import Compression, inspect_compression
-from ..request import DEFAULT_DENOISE, DENOISE_MODELS, parse_denoise, takes_denoise
+from ..request import (
+    DEFAULT_DENOISE,
+    DEFAULT_LOOK,
+    DENOISE_MODELS,
+    LOOK_MODELS,
+    parse_denoise,
+    parse_look,
+    takes_denoise,
+    takes_look,
+)
 
 
 class Upscaler(Protocol):
@@ -51,6 +66,17 @@ def check_denoise(model: object, denoise: object | None) -> float | None:
                              f"not {name!r}")
         return None
     return DEFAULT_DENOISE if denoise is None else parse_denoise(denoise)
+
+
+def check_look(model: object, look: object | None) -> float | None:
+    """The look ``model`` runs with: None for models without one (giving one is a ValueError),
+    :data:`DEFAULT_LOOK` (photo as trained) for photo and auto when none is given."""
+    if not takes_look(model):
+        if look is not None:
+            name = model if isinstance(model, str) else getattr(model, "name", str(model))
+            raise ValueError(f"look applies only to the models {' and '.join(LOOK_MODELS)}, not {name!r}")
+        return None
+    return DEFAULT_LOOK if look is None else parse_look(look)
 
 
 def compression_of(source: Source | None, image: Any = None) -> Compression | None:
@@ -81,16 +107,20 @@ class ModelChoice:
     model: str                        # the family run: PHOTO_MODEL or DEFAULT_MODEL
     compression: Compression | None   # what decided it (None: nothing known, so lossless)
     denoise: float | None = None      # the photo side's strength; None on the lossless side
+    look: float | None = None         # the photo side's look; None on the lossless side
 
     @property
     def lossy(self) -> bool:
         return self.compression is not None and self.compression.lossy
 
     def describe(self) -> str:
-        """E.g. 'auto: photo (JPEG, quality ~72)', 'auto: asa-base (PNG, lossless)'."""
+        """E.g. 'auto: photo (JPEG, quality ~72)', 'auto: photo, look 0.5 (JPEG, quality ~72)',
+        'auto: asa-base (PNG, lossless)'."""
         model = self.model
         if self.denoise is not None and self.denoise != DEFAULT_DENOISE:
             model += f", denoise {self.denoise:g}"
+        if self.look is not None and self.look != DEFAULT_LOOK:
+            model += f", look {self.look:g}"
         why = self.compression.describe() if self.compression is not None else "format unknown"
         if self.lossy and self.model == DEFAULT_MODEL:
             why += ": nearly lossless"
@@ -105,23 +135,28 @@ def nearly_lossless(compression: Compression | None, threshold: int = NEAR_LOSSL
 
 
 def choose(compression: Compression | None, denoise: float | None = DEFAULT_DENOISE,
-           threshold: int = NEAR_LOSSLESS_QUALITY) -> ModelChoice:
-    """The rule: lossy -> PHOTO_MODEL (at ``denoise``), except nearly lossless files (estimated quality
-    ``threshold`` or more; research.auto_rule tries other thresholds); else DEFAULT_MODEL."""
+           threshold: int = NEAR_LOSSLESS_QUALITY, look: float | None = DEFAULT_LOOK) -> ModelChoice:
+    """The rule: lossy -> PHOTO_MODEL (at ``denoise`` and ``look``), except nearly lossless files
+    (estimated quality ``threshold`` or more; research.auto_rule tries other thresholds); else
+    DEFAULT_MODEL (which neither changes)."""
     if compression is not None and compression.lossy and not nearly_lossless(compression, threshold):
-        return ModelChoice(PHOTO_MODEL, compression, DEFAULT_DENOISE if denoise is None else denoise)
+        return ModelChoice(PHOTO_MODEL, compression, DEFAULT_DENOISE if denoise is None else denoise,
+                           DEFAULT_LOOK if look is None else look)
     return ModelChoice(DEFAULT_MODEL, compression)
 
 
 class AutoModel:
-    """``auto``'s two engines: ``make(family, denoise)`` builds each once, at construction (metadata
-    only: a missing family is an error now; weights load on first use)."""
+    """``auto``'s two engines: ``make(family, denoise, look)`` builds each once, at construction
+    (metadata only: a missing family is an error now; weights load on first use). The photo side
+    gets ``denoise`` and ``look``; the lossless side neither."""
 
-    def __init__(self, make: Callable[[str, float | None], Upscaler], denoise: float | None) -> None:
+    def __init__(self, make: Callable[[str, float | None, float | None], Upscaler], denoise: float | None,
+                 look: float | None = None) -> None:
         self.denoise = DEFAULT_DENOISE if denoise is None else denoise
+        self.look = DEFAULT_LOOK if look is None else look
         self.engines: dict[str, Upscaler] = {
-            DEFAULT_MODEL: make(DEFAULT_MODEL, None),
-            PHOTO_MODEL: make(PHOTO_MODEL, self.denoise),
+            DEFAULT_MODEL: make(DEFAULT_MODEL, None, None),
+            PHOTO_MODEL: make(PHOTO_MODEL, self.denoise, self.look),
         }
         lossless, lossy = self.engines[DEFAULT_MODEL], self.engines[PHOTO_MODEL]
         self.scales = sorted(set(lossless.scales) & set(lossy.scales))
@@ -137,7 +172,7 @@ class AutoModel:
         return {s: self.engines[DEFAULT_MODEL]._descriptors[s] for s in self.scales}
 
     def choose(self, source: Source | None, image: Any = None) -> ModelChoice:
-        return choose(compression_of(source, image), self.denoise)
+        return choose(compression_of(source, image), self.denoise, look=self.look)
 
     def engine(self, choice: ModelChoice) -> Upscaler:
         return self.engines[choice.model]

@@ -537,6 +537,81 @@ def test_help_documents_auto_and_denoise(capsys, monkeypatch):
     assert "--denoise D" in text and "(1-D)*asa-base + D*photo" in text
 
 
+# --- --look -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def natural_weights(tmp_path_factory) -> Path:
+    """asa-base and photo at x2 and x3, photo-natural at x2 only: tiny networks of one architecture."""
+    folder = tmp_path_factory.mktemp("natural-weights")
+    names = [("asa-base", 2, 0), ("asa-base", 3, 1), ("photo", 2, 2), ("photo", 3, 3),
+             ("photo-natural", 2, 4)]
+    for name, scale, seed in names:
+        torch.manual_seed(seed)
+        net = SRNet(NetConfig(scale=scale, channels=8, blocks=2, attn_every=2, heads=2, attention="adaptive",
+                              attn_options=dict(ASA)))
+        save_weights(net, folder / f"{name}-x{scale}.safetensors")
+    return folder
+
+
+@pytest.fixture
+def shipped_natural(natural_weights, monkeypatch) -> Path:
+    import sr.weights
+
+    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", natural_weights)
+    return natural_weights
+
+
+def test_look_0_is_photo_1_is_photo_natural_and_v_names_it(tmp_path, shipped_natural, capsys):
+    src = save(tmp_path / "in" / "a.png", photo(12, 16))
+    jpg = save(tmp_path / "jpg" / "b.jpg", photo(12, 16), quality=72)
+    runs = {"photo": ["--model", "photo"], "natural": ["--model", "photo-natural"],
+            "l0": ["--model", "photo", "--look", "0"], "l1": ["--model", "photo", "--look", "1"],
+            "half": ["--model", "photo", "--look", "0.5", "-v"]}
+    for name, args in runs.items():
+        assert sr(str(src), "-o", str(tmp_path / name), "--precision", "fp32", *args) == 0
+    assert "(photo-x2@look=0.5)" in capsys.readouterr().out
+    img = {name: (tmp_path / name / "a_x2.png").read_bytes() for name in runs}
+    assert img["l0"] == img["photo"] and img["l1"] == img["natural"]
+    assert len({img["photo"], img["natural"], img["half"]}) == 3
+    assert sr(str(jpg), "-o", str(tmp_path / "auto"), "--look", "0.5", "--denoise", "0.5", "-v") == 0
+    assert "(auto: photo, denoise 0.5, look 0.5 (JPEG, quality ~72))" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["2", "-0.5", "nan", "abc"])
+def test_bad_look_values_exit_2_with_a_message(tmp_path, shipped_natural, capsys, value):
+    save(tmp_path / "x.png", photo(6, 6))
+    with pytest.raises(SystemExit) as e:
+        sr(str(tmp_path / "x.png"), "-o", str(tmp_path / "out"), "--model", "photo", "--look", value)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --look: look must be a number from 0 to 1" in err and repr(value) in err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_look_errors_name_the_model_and_the_missing_scale(tmp_path, shipped_natural, tiny, capsys):
+    save(tmp_path / "x.png", photo(6, 6))
+    for model in ("asa-base", "photo-natural", tiny):
+        assert sr(str(tmp_path / "x.png"), "-o", str(tmp_path / "out"), "--model", model,
+                  "--look", "0.5") == 2
+        assert "--look applies only to the models photo and auto" in capsys.readouterr().err
+    for model in ("photo", "auto"):  # refused before any image is read
+        assert sr(str(tmp_path / "x.png"), "-o", str(tmp_path / "out"), "--model", model, "--look", "0.5",
+                  "--scale", "3") == 2
+        err = capsys.readouterr().err
+        assert "photo-natural has no x3 weights" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+    assert sr(str(tmp_path / "x.png"), "-o", str(tmp_path / "out"), "--model", "photo", "--scale", "3") == 0
+
+
+def test_help_documents_look(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    with pytest.raises(SystemExit):
+        main(["upscale", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("--look L 0..1, with --model photo or auto only: 0 = photo as trained (fidelity-first, default), "
+            "1 = photo-natural: GAN-trained texture; in between blends the weights") in text
+
+
 def test_precision_flag_runs_bf16_close_to_fp32_and_rejects_other_names(tmp_path, tiny, capsys):
     src = save(tmp_path / "in" / "rgb.png", photo(37, 29))
     for p in ("fp32", "bf16"):

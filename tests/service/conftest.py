@@ -190,3 +190,21 @@ def photo_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
         torch.manual_seed(seed)
         save_weights(build_model("asa-small-x2"), folder / f"{name}-x2.safetensors", preset="asa-small")
     return folder
+
+
+@pytest.fixture(scope="session")
+def natural_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """asa-base and photo at x2 and x3, photo-natural at x2 only: one architecture (asa-small, random),
+    other weights (the look's blend; its x3 is missing, as in the shipped weights for now)."""
+    import torch
+
+    from sr.models import build_model
+    from sr.weights import save_weights
+
+    folder = tmp_path_factory.mktemp("natural-weights")
+    for name, scale, seed in (("asa-base", 2, 0), ("asa-base", 3, 1), ("photo", 2, 2), ("photo", 3, 3),
+                              ("photo-natural", 2, 4)):
+        torch.manual_seed(seed)
+        save_weights(build_model(f"asa-small-x{scale}"), folder / f"{name}-x{scale}.safetensors",
+                     preset="asa-small")
+    return folder

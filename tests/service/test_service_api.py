@@ -89,7 +89,8 @@ def test_models_health_ready_docs_and_page(make_client) -> None:
     client = make_client()
     models = client.get("/v1/models").json()
     assert models["default"] == "asa-small"
-    assert models["families"] == [{"name": "asa-small", "scales": [2, 3], "default": True, "denoise": False}]
+    assert models["families"] == [{"name": "asa-small", "scales": [2, 3], "default": True, "denoise": False,
+                                   "look": False}]
     by_name = {m["name"]: m for m in models["models"]}
     assert set(by_name) == {"asa-small-x2", "asa-small-x3"}
     assert by_name["asa-small-x2"]["params"] > 100_000 and by_name["asa-small-x2"]["set5_psnr"] == 30.5
@@ -314,7 +315,8 @@ def test_serving_one_weights_file_by_path(make_client, make_image, weights_dir: 
     client = make_client(model=str(weights_dir / "asa-small-x3.safetensors"))
     models = client.get("/v1/models").json()
     assert models["default"] == "asa-small-x3"
-    assert models["families"] == [{"name": "asa-small-x3", "scales": [3], "default": True, "denoise": False}]
+    assert models["families"] == [{"name": "asa-small-x3", "scales": [3], "default": True, "denoise": False,
+                                   "look": False}]
     assert [m["name"] for m in models["models"]] == ["asa-small-x3"]
     r = _post(client, make_image(20, 10))
     assert r.status_code == 200 and r.headers["x-model"] == "asa-small-x3" and _size(r.content) == (60, 30)
@@ -388,12 +390,73 @@ def test_422_bad_denoise(make_client, make_image, photo_weights: Path) -> None:
     assert r.status_code == 422 and "repeated form field: denoise" in r.json()["detail"]
 
 
+def test_look_blends_photo_with_photo_natural_and_the_header_says_so(make_client, make_image,
+                                                                   natural_weights: Path) -> None:
+    client = make_client(weights_dir=natural_weights, model="asa-base")
+    families = {f["name"]: f for f in client.get("/v1/models").json()["families"]}
+    assert {n: (f["scales"], f["look"]) for n, f in families.items()} == {
+        "asa-base": ([2, 3], False), "photo": ([2, 3], True), "photo-natural": ([2], False),
+        "auto": ([2, 3], True)}
+    png, jpg = make_image(24, 20), make_image(24, 20, fmt="JPEG", quality=72)
+    photo = _post(client, png, model="photo", format="png")
+    natural = _post(client, png, model="photo-natural", format="png")
+    assert photo.headers["x-model"] == "photo-x2" and natural.headers["x-model"] == "photo-natural-x2"
+    at0 = _post(client, png, model="photo", look="0", format="png")
+    assert at0.headers["x-model"] == "photo-x2" and at0.content == photo.content  # nothing blended
+    assert _post(client, png, model="photo", look="1", format="png").content == natural.content
+    half = _post(client, png, model="photo", look="0.5", format="png")
+    assert half.status_code == 200 and half.headers["x-model"] == "photo-x2@look=0.5"
+    assert half.content not in (photo.content, natural.content)
+    both = _post(client, png, model="photo", look="0.25", denoise="0.5")
+    assert both.headers["x-model"] == "photo-x2@denoise=0.5,look=0.25"
+    r = _post(client, jpg, name="shot.jpg", model="auto", look="0.5")
+    assert r.status_code == 200 and r.headers["x-model"] == "photo-x2@look=0.5"
+    assert r.headers["x-model-choice"] == "auto: photo, look 0.5 (JPEG, quality ~72)"
+    r = _post(client, png, model="auto", look="0.5")  # lossless: asa-base, the look unused
+    assert r.headers["x-model"] == "asa-base-x2"
+    hub = client.app.state.service.hub
+    assert hub.engine("photo", None, 0.5) is hub.engine("photo", 1.0, 0.5)  # one engine per (family, D, L)
+    assert hub.engine("photo", 0.5, 0.5) is not hub.engine("photo", 0.5, 0.25)
+
+
+def test_422_bad_look(make_client, make_image, natural_weights: Path, photo_weights: Path) -> None:
+    client = make_client(weights_dir=natural_weights, model="asa-base")
+    png = make_image(16, 12)
+    for value, start in (("2", "look must be a number from 0 to 1 (0 = photo, 1 = photo-natural)"),
+                         ("-0.1", "look must be a number from 0 to 1"), ("nan", "look must be a number"),
+                         ("abc", "look: ")):  # not a number: the form's type says so
+        r = _post(client, png, model="photo", look=value)
+        assert r.status_code == 422 and r.json()["detail"].startswith(start), (value, r.text)
+    for model in ("asa-base", "photo-natural"):
+        r = _post(client, png, model=model, look="0.5")
+        assert r.status_code == 422
+        assert r.json()["detail"].startswith(f"look applies only to the models photo and auto, not {model!r}")
+    r = _post(client, png, model="photo", look="0.5", scale="3")
+    assert r.status_code == 422 and "photo-natural has no x3 weights" in r.json()["detail"]
+    assert _post(client, png, model="photo", scale="3").status_code == 200  # look 0: photo's x3
+    r = client.post("/v1/upscale", files={"file": ("a.png", png)},
+                    data={"model": "photo", "look": ["0", "1"]})
+    assert r.status_code == 422 and "repeated form field: look" in r.json()["detail"]
+    # a server without photo-natural offers no look, and says so
+    other = make_client(weights_dir=photo_weights, model="asa-base")
+    assert not any(f["look"] for f in other.get("/v1/models").json()["families"])
+    r = _post(other, png, model="photo", look="0.5")
+    assert r.status_code == 422 and r.json()["detail"].startswith("look needs photo-natural weights")
+    assert _post(other, png, model="photo", look="0").status_code == 200
+    schema = client.get("/openapi.json").json()
+    form = next(iter(schema["components"]["schemas"][k] for k in schema["components"]["schemas"]
+                     if k.startswith("Body_upscale")))
+    assert "photo-natural" in form["properties"]["look"]["description"]
+
+
 def test_page_has_photo_auto_and_a_denoise_slider(make_client) -> None:
     client = make_client()
     page = client.get("/").text
     assert 'id="denoise" type="range" min="0" max="1" step="0.05"' in page
     script = client.get("/static/app.js").text
     assert "fields.denoise" in script and "fam.denoise" in script  # sent only where the model takes it
+    assert 'id="look" type="range" min="0" max="1" step="0.05" value="0"' in page
+    assert "Natural texture" in page and "fields.look" in script and "fam.look" in script
 
 
 def test_budget_map_kept_with_the_result_is_the_one_budget_map_true_returns(make_client, make_image) -> None:

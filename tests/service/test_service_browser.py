@@ -268,30 +268,41 @@ def test_drop_wording_only_where_files_can_be_dropped(browser, live_server: str)
         browser.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": False})
 
 
-def test_denoise_slider_only_for_photo_and_auto_and_sent_with_the_upload(
-        browser, make_server, photo_weights: Path, tmp_path: Path) -> None:
+def test_denoise_and_look_sliders_only_for_photo_and_auto_and_sent_with_the_upload(
+        browser, make_server, natural_weights: Path, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
 
     ARTIFACTS.mkdir(exist_ok=True)
-    base = make_server(weights_dir=photo_weights, model="asa-base")
+    base = make_server(weights_dir=natural_weights, model="asa-base")
     browser.get(base + "/")
     _wait(browser, lambda d: len(Select(d.find_element(By.ID, "model")).options) > 0, 30)
     model = Select(browser.find_element(By.ID, "model"))
-    assert [o.get_attribute("value") for o in model.options] == ["asa-base", "photo", "auto"]
+    assert [o.get_attribute("value") for o in model.options] == ["asa-base", "photo", "photo-natural", "auto"]
     assert model.first_selected_option.get_attribute("value") == "asa-base"  # the server's default
     row, denoise = browser.find_element(By.ID, "denoise-row"), browser.find_element(By.ID, "denoise")
+    look_row, look = browser.find_element(By.ID, "look-row"), browser.find_element(By.ID, "look")
     assert not row.is_displayed() and not denoise.is_enabled()
+    assert not look_row.is_displayed() and not look.is_enabled()
+    assert [look.get_attribute(a) for a in ("min", "max", "step", "value")] == ["0", "1", "0.05", "0"]
     for name in ("photo", "auto"):
         model.select_by_value(name)
         assert row.is_displayed() and denoise.is_enabled(), name
+        assert look_row.is_displayed() and look.is_enabled(), name
         assert browser.find_element(By.ID, "denoise-value").text == "1.00"
+        assert browser.find_element(By.ID, "look-value").text == "0.00"
+        assert look_row.text.lower().startswith("natural texture"), look_row.text
+    model.select_by_value("photo-natural")  # photo-natural is weights of its own: no sliders
+    assert not row.is_displayed() and not look_row.is_displayed()
     # Keyboard on the real slider: 1 -> 0.5 in ten 0.05 steps, the label follows.
     model.select_by_value("photo")
     denoise.send_keys(*[Keys.ARROW_LEFT] * 10)
     assert denoise.get_attribute("value") == "0.5"
     assert browser.find_element(By.ID, "denoise-value").text == "0.50"
+    look.send_keys(*[Keys.ARROW_RIGHT] * 5)  # 0 -> 0.25
+    assert look.get_attribute("value") == "0.25"
+    assert browser.find_element(By.ID, "look-value").text == "0.25"
     # Record the form fields of each upload the page sends (all but the file itself).
     browser.execute_script("""
         window.sentFields = []; const send = XMLHttpRequest.prototype.send;
@@ -301,25 +312,27 @@ def test_denoise_slider_only_for_photo_and_auto_and_sent_with_the_upload(
           return send.call(this, body); };""")
     browser.find_element(By.ID, "file").send_keys(str(_photo(tmp_path, "shot.png")))
 
-    # Back to asa-base: the slider hides and its 0.5 is not sent (the API would refuse it with a 422).
+    # Back to asa-base: the sliders hide and their values are not sent (the API would refuse them with a 422).
     model.select_by_value("asa-base")
-    assert not row.is_displayed() and not denoise.is_enabled()
+    assert not row.is_displayed() and not denoise.is_enabled() and not look.is_enabled()
     upload = browser.find_element(By.ID, "upscale")
     upload.click()
     _wait(browser, lambda d: upload.is_enabled(), 30)  # done, or failed
     assert not browser.find_element(By.ID, "error").is_displayed(), browser.find_element(By.ID, "error").text
     assert "asa-base-x2" in browser.find_element(By.ID, "info").text
 
-    # photo with the slider still at 0.5: sent, and the server ran photo at that strength.
+    # photo with the sliders still at 0.5 and 0.25: sent, and the server ran photo at them.
     model.select_by_value("photo")
     assert row.is_displayed() and denoise.get_attribute("value") == "0.5"
+    assert look_row.is_displayed() and look.get_attribute("value") == "0.25"
     upload.click()
     _wait(browser, lambda d: upload.is_enabled(), 30)
     assert not browser.find_element(By.ID, "error").is_displayed(), browser.find_element(By.ID, "error").text
     info = browser.find_element(By.ID, "info").text
-    assert "120×80" in info and "photo-x2@denoise=0.5" in info, info
+    assert "120×80" in info and "photo-x2@denoise=0.5,look=0.25" in info, info
     sent = browser.execute_script("return window.sentFields")
-    assert [(f["model"], f.get("denoise")) for f in sent] == [("asa-base", None), ("photo", "0.5")]
+    assert [(f["model"], f.get("denoise"), f.get("look")) for f in sent] == [
+        ("asa-base", None, None), ("photo", "0.5", "0.25")]
     browser.save_screenshot(str(ARTIFACTS / "service-page-photo.png"))
 
 

@@ -55,3 +55,22 @@ def test_denoise_engines_are_offered_for_photo_and_auto_and_bounded(tmp_path: Pa
     assert len(hub._denoise_engines) == hub_module.MAX_DENOISE_ENGINES
     with pytest.raises(ValueError, match="denoise applies only to the models photo and auto"):
         hub.engine("asa-base", 0.5)
+
+
+def test_look_engines_are_kept_per_family_denoise_and_look(tmp_path: Path) -> None:
+    import sr.service.hub as hub_module
+
+    for name in ("asa-base-x2", "photo-x2", "photo-natural-x2"):
+        _save(tmp_path, name, "adaptive", {"region": 4, "stride": 2})
+    hub = ModelHub(Settings(weights_dir=tmp_path, model="asa-base", preload=False))
+    assert {f["name"]: f["look"] for f in hub.family_list()} == {
+        "asa-base": False, "auto": True, "photo": True, "photo-natural": False}
+    assert hub.engine("photo") is hub.engine("photo", None, 0.0)  # the default look: the one engine
+    half = hub.engine("photo", None, 0.5)
+    assert half is hub.engine("photo", 1.0, 0.5) and half.look == 0.5 and half.denoise == 1.0
+    assert hub.engine("photo", 0.5, 0.5) is not half and hub.engine("auto", None, 0.5).look == 0.5
+    for i in range(hub_module.MAX_DENOISE_ENGINES + 3):
+        hub.engine("photo", None, i / 100 + 0.01)
+    assert len(hub._denoise_engines) == hub_module.MAX_DENOISE_ENGINES
+    with pytest.raises(ValueError, match="look applies only to the models photo and auto"):
+        hub.engine("photo-natural", None, 0.5)
