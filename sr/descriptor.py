@@ -20,8 +20,7 @@ import torch
 
 from .models import PRESETS, NetConfig, SRNet, build_config, count_params
 from .models.attention import AttentionBranch, attention_k_max
-
-SCALES = (2, 3, 4)
+from .shipped import SCALES as SCALES  # defined without torch, for the CLI's early checks
 
 
 def family_of(name: str) -> str:

@@ -29,18 +29,10 @@ from safetensors.torch import save as safetensors_save
 from .descriptor import SCALES, ModelDescriptor
 from .io import atomic_write
 from .models import NetConfig, SRNet, count_params
+from .shipped import shipped_weights_dir as shipped_weights_dir  # torch-free (sr.shipped), kept here too
+from .shipped import unknown_model_message
 
 FORMAT = "sr-weights-v1"
-
-
-def shipped_weights_dir() -> Path:
-    """Where the shipped weights are: the checkout's weights/ (an editable install or a source tree),
-    else the copy a wheel carries inside the package (sr/_weights, made by setup.py's build hook)."""
-    package = Path(__file__).resolve().parent
-    checkout = package.parent / "weights"
-    if any(checkout.glob("*.safetensors")):
-        return checkout
-    return package / "_weights"
 
 
 WEIGHTS_DIR = shipped_weights_dir()
@@ -170,11 +162,8 @@ def find_models(
     family = {s: folder / f"{text}-x{s}.safetensors" for s in SCALES}
     family = {s: p for s, p in family.items() if p.is_file()}
     if not family:
-        known = ", ".join(d.name for d in catalog(folder)) or "none"
-        raise WeightsError(
-            f"unknown model {text!r}: no {text}-x{{2,3,4}}.safetensors in {folder} "
-            f"(available: {known}); pass a .safetensors path to use your own weights"
-        )
+        known = ", ".join(d.name for d in catalog(folder))
+        raise WeightsError(unknown_model_message(text, folder, known))
     found = {s: describe(p) for s, p in family.items()}
     for s, desc in found.items():
         if desc.scale != s:

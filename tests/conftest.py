@@ -12,6 +12,19 @@ from sr.models.registry import ASA
 from sr.weights import save_weights
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked cpu_bf16 skip, saying why, on CPUs where torch has no bf16 convolutions."""
+    from sr.inference.devices import cpu_runs_bf16
+
+    if cpu_runs_bf16():
+        return
+    skip = pytest.mark.skip(reason="this CPU cannot run bf16 convolutions (oneDNN needs AVX-512 or "
+                                   "AVX-NE-CONVERT; AVX2-only here)")
+    for item in items:
+        if "cpu_bf16" in item.keywords:
+            item.add_marker(skip)
+
+
 def tiny_net(scale: int = 2, seed: int = 0) -> SRNet:
     """An adaptive-attention SRNet small enough to run 2048x2048 on one CPU thread in seconds."""
     torch.manual_seed(seed)

@@ -61,7 +61,9 @@ AUTH_REFUSED = ("Ray at {target!r} refused this client's authentication token (I
                 "the cluster has token authentication on; set RAY_AUTH_MODE=token and give this "
                 "machine the cluster's token (the head's ~/.ray/auth_token, copied to "
                 "~/.ray/auth_token here, or RAY_AUTH_TOKEN); docs/cluster.md")
-INSTALL_HINT = "--ray needs Ray Data: pip install 'sr-asa[cluster]' (or pip install 'ray[data]')"
+# sr-asa is not on the public package index: its cluster extra comes from a checkout (or the wheel's path).
+INSTALL_HINT = ("--ray needs Ray Data: pip install 'ray[data]>=2.51,<2.64' "
+                "(the cluster extra: pip install '.[cluster]' in a checkout of sr)")
 # Attempts per image when its worker dies (crash, OOM kill, lost node): a file that kills every worker
 # it meets is reported as failed instead of taking the batch down or looping forever.
 MAX_ATTEMPTS = 3

@@ -18,6 +18,9 @@ from .options import BatchOptions
 
 # The problem of an input that names nothing on disk.
 MISSING = "no such file or folder"
+# Why an existing input gave no job (named when nothing at all was found).
+NO_MATCH = "no image or video matches this pattern"
+EMPTY_FOLDER = "no images or videos in this folder"
 
 
 @dataclass
@@ -41,10 +44,13 @@ def output_format(job: Job, fmt: str) -> str:
 
 
 def collect_inputs(
-    inputs: list[str] | tuple[str, ...], recursive: bool, outdir: Path | None = None
+    inputs: list[str] | tuple[str, ...], recursive: bool, outdir: Path | None = None,
+    unmatched: list[str] | None = None,
 ) -> list[Job]:
     """Files, folders and globs -> jobs in a stable order (duplicates dropped). Folder scans skip
-    hidden files and anything inside ``outdir`` (earlier outputs are not new inputs)."""
+    hidden files and anything inside ``outdir`` (earlier outputs are not new inputs). ``unmatched``,
+    when given, receives 'INPUT: why' for each input that named nothing to read (a missing path, a
+    glob that matches nothing, a folder without images), in the inputs' order."""
     from ..io import read_suffixes
     from ..video import VIDEO_SUFFIXES
 
@@ -53,8 +59,10 @@ def collect_inputs(
     out_resolved = outdir.resolve() if outdir is not None else None
     jobs: list[Job] = []
     seen: set[Path] = set()
+    found_here = [0]  # inputs the current item named (duplicates of earlier items included)
 
     def add(src: Path, rel: Path, problem: str | None = None) -> None:
+        found_here[0] += problem is None
         key = src.resolve() if problem is None else src
         if key not in seen:
             seen.add(key)
@@ -71,8 +79,16 @@ def collect_inputs(
             if f.is_file() and not hidden and f.suffix.lower() in suffixes:
                 add(f, rel if recursive else Path(f.name))
 
+    def why_nothing(path: Path) -> str:
+        if not path.is_dir():
+            return NO_MATCH
+        if not recursive and any(p.is_dir() and not p.name.startswith(".") for p in path.iterdir()):
+            return f"{EMPTY_FOLDER}, and without -r its subfolders are not read"
+        return EMPTY_FOLDER
+
     for item in inputs:
         path = Path(item).expanduser()
+        found_here[0] = 0
         if path.is_file():
             add(path, Path(path.name))
         elif path.is_dir():
@@ -86,6 +102,11 @@ def collect_inputs(
                     scan(m)
         else:
             add(path, Path(path.name), problem=MISSING)
+            if unmatched is not None:
+                unmatched.append(f"{item}: {MISSING}")
+            continue
+        if not found_here[0] and unmatched is not None:
+            unmatched.append(f"{item}: {why_nothing(path)}")
     return jobs
 
 

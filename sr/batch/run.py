@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 from ..errors import CLIError
+from ..shipped import missing_model
 from .jobs import MISSING, Job, collect_inputs, default_suffix, plan_outputs, prepare_output_folder
 from .options import BatchOptions
-from .report import OnDisk, Stats, dry_run, summary
+from .report import OnDisk, Stats, dry_run, precision_line, summary
 from .stages import make_upscaler
 
 
@@ -30,16 +31,35 @@ def split_videos(todo: list[Job]) -> list[Job]:
     return videos
 
 
+def find_inputs(opts: BatchOptions, outdir: Path) -> list[Job]:
+    """The batch's jobs; CLIError naming each input when none of them names anything to read."""
+    unmatched: list[str] = []
+    jobs = collect_inputs(opts.inputs, opts.recursive, outdir, unmatched)
+    if all(j.problem == MISSING for j in jobs):  # nothing to read: say so before any output folder is created
+        named = "; ".join(unmatched[:3]) + ("; ..." if len(unmatched) > 3 else "")
+        raise CLIError("no input images found" + (f" ({named})" if named else ""))
+    return jobs
+
+
 def run_batch(opts: BatchOptions) -> int:
     """Upscale ``opts.inputs`` into ``opts.output``: 0 when every image was written (or skipped),
     1 when any failed; CLIError for what stops the batch before it starts. A bad file is reported
-    with its path and the batch goes on; outputs are written atomically, and none on an input."""
+    with its path and the batch goes on; outputs are written atomically, and none on an input.
+    Inputs and the model's name are checked before the engine (and torch) is loaded: a typo is
+    reported at once."""
     opts = opts.checked()
     on_ray = opts.ray is not None
     if on_ray:
         from . import cluster
 
         cluster.check_installed()
+    outdir = Path(opts.output).expanduser()
+    if outdir.exists() and not outdir.is_dir():
+        raise CLIError(f"output {outdir} exists and is not a folder")
+    jobs = find_inputs(opts, outdir)
+    problem = missing_model(opts.request.model)
+    if problem is not None:
+        raise CLIError(problem)
     from ..inference import UpscaleError
 
     try:
@@ -50,14 +70,6 @@ def run_batch(opts: BatchOptions) -> int:
             up.plan_size(1, 1, scale=opts.request.scale)  # checks that the model has this scale
     except UpscaleError as e:
         raise CLIError(str(e)) from None
-    outdir = Path(opts.output).expanduser()
-    if outdir.exists() and not outdir.is_dir():
-        raise CLIError(f"output {outdir} exists and is not a folder")
-    jobs = collect_inputs(opts.inputs, opts.recursive, outdir)
-    missing = [j for j in jobs if j.problem == MISSING]
-    if len(missing) == len(jobs):  # nothing to read: say so before any output folder is created
-        named = "; ".join(f"{j.src}: {MISSING}" for j in missing[:3]) + ("; ..." if len(missing) > 3 else "")
-        raise CLIError("no input images found" + (f" ({named})" if named else ""))
     suffix = opts.suffix if opts.suffix is not None else default_suffix(opts, min(up.scales))
     plan_outputs(jobs, outdir, suffix, opts)
     todo = [j for j in jobs if j.problem is None and not j.skip]
@@ -74,6 +86,8 @@ def run_batch(opts: BatchOptions) -> int:
         if executor is not None:
             executor.check_workers()  # the workers see the inputs and can write the outputs
         stats = Stats(len(todo) + len(videos), verbose=opts.verbose)
+        if opts.verbose and not on_ray:  # Ray's actors decide on their own CPUs
+            stats.bar.write(precision_line(up), file=sys.stdout)
         for job in jobs:
             if job.problem is not None:
                 stats.bar.write(f"sr upscale: {job.src}: {job.problem}", file=sys.stderr)

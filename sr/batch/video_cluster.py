@@ -7,12 +7,13 @@ Like the image executor, the workers must see the input and the output folder at
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..video import VideoError
-from ..video.run import finish, frame_bar, parts_folder, plan_video, result_of
+from ..video.run import VideoInterrupted, finish, frame_bar, parts_folder, plan_video, result_of
 
 if TYPE_CHECKING:
     from ..inference import Upscaler
@@ -63,8 +64,10 @@ def run_videos_ray(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOpt
     pool: list = []
     for job in videos:
         start = time.perf_counter()
+        plan = None
         try:
             plan = plan_video(up, job.src.absolute(), job.out.absolute(), opts, segment_frames)
+            kept = plan.done_frames
             todo = plan.missing
             want = actors_for(opts, len(todo)) if todo else 0
             while len(pool) < want:
@@ -95,9 +98,12 @@ def run_videos_ray(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOpt
             shutil.rmtree(parts_folder(job.out), ignore_errors=True)
             stats.fail(job.src, str(e))
             continue
-        r = result_of(up, plan, opts, time.perf_counter() - start, model=model)
+        except KeyboardInterrupt:
+            if plan is not None:  # what the committed segments keep for the next run
+                stats.bar.write(f"sr upscale: {VideoInterrupted(plan)}", file=sys.stderr)
+            raise
+        r = result_of(up, plan, opts, time.perf_counter() - start, model=model, kept=kept)
+        r.choice = choice
         with stats.lock:
-            stats.bar.write(f"{job.src} -> {job.out}: {r.frames} frames in {r.seconds:.1f} s on "
-                            f"{len(pool)} Ray actor(s) ({r.frames / r.seconds:.2f} frames/s; "
-                            f"{choice or r.model})")
-        stats.ok(r.out_pixels)
+            stats.bar.write(f"{job.src} -> {job.out}: {r.describe(f' on {len(pool)} Ray actor(s)')}")
+        stats.ok(r.upscaled_pixels)

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from typing import TYPE_CHECKING
 
 from ..video import VideoError
-from ..video.run import parts_folder, upscale_video
+from ..video.run import VideoInterrupted, parts_folder, upscale_video
 
 if TYPE_CHECKING:
     from ..inference import Upscaler
@@ -18,7 +19,8 @@ if TYPE_CHECKING:
 
 def run_videos(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOptions) -> None:
     """Upscale each video job into its ``out``; a bad video is one line in ``stats`` and leaves no
-    output (nor segments); Ctrl-C keeps the committed segments for the next run to resume from."""
+    output (nor segments); Ctrl-C keeps the committed segments for the next run to resume from, and
+    says how many frames that is."""
     from ..inference import UpscaleError
 
     for job in videos:
@@ -26,6 +28,9 @@ def run_videos(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOptions
             if job.out.exists() and not (opts.overwrite or opts.skip_existing):
                 raise VideoError(f"output {job.out} appeared meanwhile (use --overwrite)")
             r = upscale_video(up, job.src, job.out, opts)
+        except VideoInterrupted as e:
+            stats.bar.write(f"sr upscale: {e}", file=sys.stderr)
+            raise
         except (VideoError, UpscaleError) as e:
             shutil.rmtree(parts_folder(job.out), ignore_errors=True)
             stats.fail(job.src, str(e))
@@ -33,11 +38,8 @@ def run_videos(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOptions
         except OSError as e:
             stats.fail(job.src, f"writing failed ({e.strerror or e})")
             continue
-        fps = r.frames / r.seconds if r.seconds > 0 else 0.0
-        mps = r.out_pixels / 1e6 / r.seconds if r.seconds > 0 else 0.0
         with stats.lock:
             if r.chosen:
                 stats.chosen[r.chosen] += 1
-            stats.bar.write(f"{job.src} -> {job.out}: {r.frames} frames in {r.seconds:.1f} s "
-                            f"({fps:.2f} frames/s, {mps:.2f} output MP/s; {r.choice or r.model})")
-        stats.ok(r.out_pixels)
+            stats.bar.write(f"{job.src} -> {job.out}: {r.describe()}")
+        stats.ok(r.upscaled_pixels)  # the batch's output MP/s: what this run computed

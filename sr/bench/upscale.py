@@ -400,7 +400,9 @@ def _ray_vs_local(args: argparse.Namespace, tile: int | str) -> int:
     try:
         import ray  # noqa: F401 - only checked here: the Ray run is a child process
     except ImportError:
-        raise CLIError("--ray needs Ray Data: pip install 'sr-asa[cluster]'") from None
+        from ..batch.cluster import INSTALL_HINT
+
+        raise CLIError(INSTALL_HINT) from None
     if args.ray_actors < 1 or args.copies < 1:
         raise CLIError("--ray-actors and --copies must be >= 1")
     name = (args.model or DEFAULT_MODELS)[0]

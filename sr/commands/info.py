@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
+
+import torch
 
 from .. import terms, weights
 from ..descriptor import ModelDescriptor
@@ -28,7 +31,7 @@ from ..weights import describe as describe_weights
 
 # Weights metadata shown in this order under readable labels; the rest is listed as-is.
 META_FIELDS = {
-    "name": "run name",
+    "name": "trained as",  # the training run's name; the heading is the model's own (the file's stem)
     "init": "started from",
     "steps": "training steps",
     "best_step": "best step",
@@ -43,6 +46,18 @@ META_FIELDS = {
     "validation": "validation",
 }
 META_HIDDEN = {"format", "config", "scale", "params", "preset", "attention"}
+
+# Notes written into weights files by their training runs can cite the project's tracker ("issue 53's
+# conv-only arm"); a user has no tracker, so sr info shows them without it.
+_TRACKER_OWNER = re.compile(r"\b[Ii]ssue \d+'s\s+")                # "issue 53's conv-only arm" -> "the ..."
+_TRACKER_ASIDE = re.compile(r"\s*\((?:see )?[Ii]ssue \d+[^()]*\)")  # " (issue 54, row E)" -> ""
+_TRACKER_WORD = re.compile(r"\s*\b(?:in |of |from )?[Ii]ssue \d+\b")
+
+
+def public_text(text: str) -> str:
+    """``text`` (a weights file's note) without references to the project's issue tracker."""
+    text = _TRACKER_OWNER.sub("the ", text)
+    return _TRACKER_WORD.sub("", _TRACKER_ASIDE.sub("", text)).strip()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -135,6 +150,20 @@ def _validation(text: str) -> str:
         return text
 
 
+def _cpu_precision(desc: ModelDescriptor) -> str:
+    """What --precision auto runs this file in on this machine's CPU, and why."""
+    import torch
+
+    from ..inference.devices import cpu_bf16_kind
+    from ..inference.precision import BF16_FROM_PIXELS, choose_dtype, record_name
+
+    dtype, why = choose_dtype("auto", torch.device("cpu"), [record_name(desc)])
+    start = BF16_FROM_PIXELS[cpu_bf16_kind()]
+    if dtype == torch.bfloat16 and start:
+        why += f" (inputs under {start / 1e6:.2f} MP: fp32)"
+    return f"auto here: {why}"
+
+
 def describe(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]]:
     model, meta, path = loaded(desc).net, desc.meta, desc.path
     cfg = model.cfg
@@ -154,6 +183,7 @@ def describe(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]
         ("input align", f"{desc.align} px (tile starts are multiples of it)"),
         ("params", f"{params:,} ({params / 1e6:.3f} M)"),
         ("MACs", _macs_line(model, hw)),
+        ("CPU precision", _cpu_precision(desc)),
     ]
     if meta:
         for key, label in META_FIELDS.items():
@@ -163,8 +193,11 @@ def describe(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]
                     value = _validation(value)
                 elif key == "train_seconds" and value.replace(".", "", 1).isdigit():
                     value = f"{float(value) / 3600:.2f} h ({value} s)"
-                rows.append((label, value))
-        rows += [(k, v) for k, v in sorted(meta.items()) if k not in META_FIELDS and k not in META_HIDDEN]
+                elif key == "name" and value == desc.name:
+                    continue  # the heading says it already
+                rows.append((label, public_text(value)))
+        rows += [(k, public_text(v)) for k, v in sorted(meta.items())
+                 if k not in META_FIELDS and k not in META_HIDDEN]
     return rows
 
 
@@ -174,6 +207,7 @@ def describe(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]
 # 0.69 s against 42.5 s for the full count under a load of 8).
 MACS_PROBE_SHRINK = 8
 MACS_PROBE_MIN_SIDE = 256  # smaller outputs are counted as they are (already fast)
+MACS_TABLE_SEED = 0  # the random weights --all counts each preset with
 
 
 def probe_size(hw: tuple[int, int], scale: int) -> tuple[int, int]:
@@ -198,7 +232,11 @@ def table_all(hw: tuple[int, int]) -> list[list[str]]:
     for preset in PRESETS:
         for scale in (2, 3, 4):
             name = f"{preset}-x{scale}"
-            model = build_model(name).eval()
+            # An adaptive block's MACs follow its gate, here randomly initialised: seeded, so that the
+            # table is the same on every run (and the docs can quote it), the caller's RNG untouched.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(MACS_TABLE_SEED)
+                model = build_model(name).eval()
             rows.append([
                 name, str(model.cfg.channels), str(model.cfg.blocks), model.cfg.attention,
                 f"{count_params(model):,}", f"{estimated_macs(model, hw) / 1e9:.2f}",
@@ -227,7 +265,7 @@ def shipped_lines() -> list[str]:
             f"{params[0] / 1e6:.2f}-{params[-1] / 1e6:.2f} M"
         data = sorted({path for d in descs for path in json.loads(d.train_data or "[]")})
         pad = " " * width
-        note = next((d.meta["experimental"] for d in descs if d.meta.get("experimental")), None)
+        note = next((public_text(d.meta["experimental"]) for d in descs if d.meta.get("experimental")), None)
         lines += [f"{family:<{width}}  {scales}, {count} params" + (" (experimental)" if note else ""),
                   *([f"{pad}  experimental: {note}"] if note else []),
                   f"{pad}  PSNR {_psnr_line(descs)}",
@@ -273,7 +311,9 @@ def run(args: argparse.Namespace) -> int:
             print("  ".join(cells).rstrip())
         return 0
     for i, desc in enumerate(load_all(args.model)):
-        print(("\n" if i else "") + (desc.meta.get("name", desc.name) if desc.path else args.model))
+        # The model's public name (its weights file's stem), not the training run's ("x2-extra"):
+        # that one is the "trained as" line.
+        print(("\n" if i else "") + (desc.name if desc.path else args.model))
         rows = describe(desc, hw)
         width = max(len(k) for k, _ in rows)
         for key, value in rows:

@@ -114,14 +114,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(inferno, black = no attention, pale yellow = the model's k_max regions)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
                    help=f"refuse inputs with more pixels than this (default {DEFAULT_MAX_PIXELS})")
-    video = p.add_argument_group("video inputs (pip install 'sr-asa[video]'; docs/video.md)")
+    video = p.add_argument_group("video inputs (need PyAV: pip install av; docs/video.md)")
     video.add_argument("--video-codec", default="h264", choices=("h264", "h265", "av1", "vp9"),
                        help="output video codec (default h264, yuv420p; sound and subtitles are copied)")
     video.add_argument("--crf", type=int, default=None,
                        help="output quality, lower is better (default: visually lossless, 18 for h264)")
     video.add_argument("--frames", default=None, metavar="A:B",
                        help="only frames A to B-1 (a trial run on part of a clip)")
-    cluster = p.add_argument_group("Ray (pip install 'sr-asa[cluster]'; docs/cluster.md)")
+    cluster = p.add_argument_group("Ray (needs Ray Data: pip install 'ray[data]'; docs/cluster.md)")
     cluster.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                          help="run on Ray Data: a local Ray without ADDRESS (or RAY_ADDRESS), else join "
                               "the cluster at ADDRESS (e.g. 10.0.0.1:6379 or auto)")

@@ -81,15 +81,37 @@ def cpu_flags(path: str | None = None) -> frozenset[str] | None:
     return None
 
 
-def cpu_has_native_bf16() -> bool:
-    """Whether the CPU multiplies bf16 on a matrix unit (AMX-BF16, Sapphire Rapids and later).
+# How a CPU multiplies bf16 (cpu_bf16_kind): on AMX tiles, with AVX-512 BF16 dot products, or not at
+# all (oneDNN converts to fp32 and back: slower than fp32 itself).
+BF16_CPU_KINDS = ("amx", "avx512_bf16", "emulated")
 
-    AVX-512 BF16 alone does not count: no machine of this project has it without AMX to measure
-    whether oneDNN's bf16 convolutions beat fp32 there, and where bf16 is emulated (AMD EPYC without
-    it) they are several times slower. Where /proc/cpuinfo is missing, torch's own AMX check decides.
-    """
-    flags = cpu_flags()
-    return "amx_bf16" in flags if flags is not None else cpu_has_amx()
+
+def cpu_bf16_kind(path: str | None = None) -> str:
+    """'amx' (AMX-BF16: Intel Sapphire Rapids and later), 'avx512_bf16' (AVX-512 BF16 without AMX:
+    AMD Zen 4 and 5, Intel Cooper Lake) or 'emulated' (neither: AVX2-only CPUs such as AMD Zen 3).
+    Where /proc/cpuinfo is missing, torch's own AMX check decides between 'amx' and 'emulated'."""
+    flags = cpu_flags(path)
+    if flags is None:
+        return "amx" if cpu_has_amx() else "emulated"
+    if "amx_bf16" in flags:
+        return "amx"
+    return "avx512_bf16" if "avx512_bf16" in flags else "emulated"
+
+
+def cpu_runs_bf16() -> bool:
+    """Whether torch can run bf16 convolutions on this CPU at all: oneDNN's bf16 path needs AVX-512
+    (BW, VL, DQ) or AVX-NE-CONVERT, so an AVX2-only CPU (AMD Zen 3, most laptops before 2023) has
+    none; torch's check decides, and where it is missing only AMX or AVX-512 BF16 count."""
+    check = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(check()) if check is not None else cpu_has_native_bf16()
+    except (RuntimeError, AttributeError):
+        return cpu_has_native_bf16()
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether the CPU multiplies bf16 in hardware (AMX or AVX-512 BF16), not by conversion."""
+    return cpu_bf16_kind() != "emulated"
 
 
 def usable_cpus() -> int:

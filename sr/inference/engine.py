@@ -31,10 +31,17 @@ from ..io import SAMPLE_TYPES, to_float
 from ..io import quantize as quantize_samples
 from ..models import ATTENTION_PATHS, SRNet, set_attention_path
 from ..request import ALPHA_MODES, DEFAULT_TILE_OVERLAP, UpscaleRequest
-from .devices import DeviceError, available_memory, configure_threads, resolve_device
+from .devices import DeviceError, available_memory, configure_threads, cpu_bf16_kind, resolve_device
 from .ensemble import self_ensemble
 from .model_choice import AutoModel, ModelChoice, Source, check_denoise, check_look
-from .precision import PrecisionError, parse_precision, record_name, resolve_dtype
+from .precision import (
+    BF16_FROM_PIXELS,
+    PrecisionError,
+    choose_dtype,
+    parse_precision,
+    record_name,
+    resolve_dtype,
+)
 from .resample import resize_to
 from .tiling import ProgressFn, TileFn, fastest_tile, min_tile, plan_axis, run_tiled
 
@@ -56,18 +63,34 @@ AUTO_TILE_MAX = {"cpu": 512, "mps": 1024, "cuda": 2048}
 # own ratios. Big tiles are slower per pixel (their activations fall out of the caches), small ones
 # recompute more overlap and pay more per-forward overhead; the auto tile takes the plan of least
 # estimated time (pixels x this cost, overlap and edge tiles included) within the memory bound.
-# Measured on the 2-core AMX Xeon beside two training runs, one thread, CPU time, medians of 3
-# interleaved rounds, each size over the same 512^2 photograph; three bf16 runs and two fp32 runs
-# per model, merged (each model's mean us/px per size over its runs, then the ratios):
-#   python -m research.tile_speed --precision bf16 --rounds 3 --json bf16-1.json   (x3)
+# One table per kind of CPU (devices.cpu_bf16_kind), each measured on such a machine with one
+# thread, CPU time, medians of 3 interleaved rounds, each size over the same 512^2 photograph:
+#   python -m research.tile_speed --precision bf16 --rounds 3 --json bf16-1.json
 #   python -m research.tile_speed --models asa-base-x2 --precision fp32 --rounds 3 --json fp32-a1.json
-#   (x2, and the same for asa-base-x4 and photo-x2), then python -m research.tile_speed --merge *.json
-# Single runs moved single entries by up to ~0.3 (fp32 photo-x2); 512 was the slowest in every run.
-# End to end the tile size changed a job's CPU time by less than this machine's noise (docs/inference.md).
-CPU_TILE_COST: dict[torch.dtype, dict[int, float]] = {
-    torch.bfloat16: {128: 1.057, 192: 1.054, 256: 1.0, 384: 1.052, 512: 1.205},
-    torch.float32: {128: 1.0, 192: 1.025, 256: 1.044, 384: 1.152, 512: 1.332},
+#   (and the same for asa-base-x4 and photo-x2), then python -m research.tile_speed --merge *.json
+# "amx": the 2-core AMX Xeon beside two training runs, three bf16 runs and two fp32 runs per model,
+# merged; single runs moved single entries by up to ~0.3 (fp32 photo-x2); 512 was the slowest in
+# every run. "emulated": the 2-core AMD EPYC Zen 3 (AVX2, no AVX-512) beside a training run, fp32
+# (bf16 cannot run there). AVX-512 BF16 CPUs without AMX (Zen 4/5) were not measured: they take the
+# AMX Xeon's table, the other AVX-512 machine. End to end the tile size changed a job's CPU time by
+# less than the machines' noise (docs/inference.md).
+CPU_TILE_COST: dict[str, dict[torch.dtype, dict[int, float]]] = {
+    "amx": {
+        torch.bfloat16: {128: 1.057, 192: 1.054, 256: 1.0, 384: 1.052, 512: 1.205},
+        torch.float32: {128: 1.0, 192: 1.025, 256: 1.044, 384: 1.152, 512: 1.332},
+    },
+    "emulated": {  # one fp32 run of the three models (2026-12-07)
+        torch.float32: {128: 1.075, 192: 1.064, 256: 1.005, 384: 1.124, 512: 1.335},
+    },
 }
+
+
+def cpu_tile_cost(dtype: torch.dtype) -> dict[int, float] | None:
+    """This CPU's measured tile table for ``dtype`` (:data:`CPU_TILE_COST`), or None where none was
+    measured (the auto tile then takes the largest tile memory allows)."""
+    return CPU_TILE_COST.get(cpu_bf16_kind(), CPU_TILE_COST["amx"]).get(dtype)
+
+
 # The static attention path scores every pooled region against every other (N^2 per tile), so its
 # auto tile stays smaller: 768 px at stride 2 and 4x4 regions is N = 2304, 21 MB of scores per image.
 AUTO_TILE_MAX_STATIC = 768
@@ -277,7 +300,8 @@ class Upscaler:
                 except UpscaleError as e:
                     raise UpscaleError(f"look blends {self.name} with {NATURAL_MODEL}: {e}") from None
         self.scales: list[int] = sorted(self._descriptors)
-        self._models: dict[int, _Loaded] = {}
+        self._models: dict[tuple[int, torch.dtype], _Loaded] = {}  # per (scale, dtype)
+        self._dtypes: dict[tuple[int, bool], torch.dtype] = {}  # per (scale, under bf16's start size)
         self._lock = threading.Lock()
 
     # -- construction ------------------------------------------------------------------------
@@ -310,12 +334,17 @@ class Upscaler:
         except sr_weights.WeightsError as e:
             raise UpscaleError(str(e)) from None
 
-    def _get(self, scale: int) -> _Loaded:
-        loaded = self._models.get(scale)
+    def _get(self, scale: int, pixels: int | None = None) -> _Loaded:
+        """The ``scale`` network loaded in the dtype an input of ``pixels`` runs in (None: a large one)."""
+        small = pixels is not None and self._bf16_too_small(pixels)
+        dtype = self._dtypes.get((scale, small))
+        if dtype is None:  # decided once per scale and size class: the device and precision are fixed
+            dtype = self._dtypes[(scale, small)] = self.dtype_for(scale, 1 if small else None)
+        loaded = self._models.get((scale, dtype))
         if loaded is not None:
             return loaded
         with self._lock:  # one load per scale even when concurrent calls ask for it together
-            loaded = self._models.get(scale)
+            loaded = self._models.get((scale, dtype))
             if loaded is None:
                 self._check_look([scale])
                 try:
@@ -331,15 +360,20 @@ class Upscaler:
                         desc = sr_weights.loaded(desc)
                 except sr_weights.WeightsError as e:
                     raise UpscaleError(str(e)) from None
-                dtype = self.dtype_for(scale)
                 net = desc.net.to(device=self.device, dtype=dtype, memory_format=self.memory_format)
                 net = net.eval().requires_grad_(False)
                 set_attention_path(net, self.attention_path)
                 # dynamic=True: one graph for every tile shape (the static path has no size branches)
                 forward = torch.compile(net, dynamic=True) if self.compile else net
                 loaded = _Loaded(net, desc.name, scale, desc.align, net.cfg.channels, dtype, forward)
-                self._models[scale] = loaded
+                self._models[(scale, dtype)] = loaded
         return loaded
+
+    def _bf16_too_small(self, pixels: int) -> bool:
+        """Whether an input of ``pixels`` is under the size from which auto's bf16 pays on this CPU."""
+        if self.device.type != "cpu" or self.precision != "auto":
+            return False
+        return pixels < (BF16_FROM_PIXELS[cpu_bf16_kind()] or 0)
 
     def _blend_name(self, desc: ModelDescriptor) -> str:
         """A blend's name, as -v and the service's X-Model show it: photo-x2@denoise=0.5,
@@ -367,11 +401,15 @@ class Upscaler:
         """What the smallest scale (the default one) runs in; :meth:`dtype_for` for any scale."""
         return self.dtype_for(self.scales[0])
 
-    def dtype_for(self, scale: int) -> torch.dtype:
-        """The dtype the ``scale`` network runs in (from metadata: nothing is loaded). With
-        model="auto", the default family's (each side decides for itself)."""
+    def dtype_for(self, scale: int, pixels: int | None = None) -> torch.dtype:
+        """The dtype the ``scale`` network runs in on an input of ``pixels`` (None: a large one), from
+        metadata: nothing is loaded. With model="auto", the default family's (each side decides)."""
+        return self.precision_for(scale, pixels)[0]
+
+    def precision_for(self, scale: int, pixels: int | None = None) -> tuple[torch.dtype, str]:
+        """(dtype, why) for the ``scale`` network on an input of ``pixels``: ``sr upscale -v``'s line."""
         if self._auto is not None:
-            return self._auto.engines[DEFAULT_MODEL].dtype_for(scale)
+            return self._auto.engines[DEFAULT_MODEL].precision_for(scale, pixels)
         names = [record_name(self._descriptors[scale])]
         if scale in self._natural:  # L = 1 is photo-natural's tensors exactly: its record alone
             natural = record_name(self._natural[scale])
@@ -381,7 +419,7 @@ class Upscaler:
             # exactly, so its record alone decides
             base = record_name(self._blend_base[scale])
             names = [base] if self.denoise == 0 else [*names, base]
-        return resolve_dtype(self.precision, self.device, names)
+        return choose_dtype(self.precision, self.device, names, pixels)
 
     @property
     def k_max(self) -> float | None:
@@ -478,7 +516,7 @@ class Upscaler:
         sides: list[int | None] = []
         ph, pw = h, w
         for s in passes:
-            loaded = self._get(s)
+            loaded = self._get(s, ph * pw)
             tile = self._tile_for(loaded, ph, pw)
             sides.append(tile)
             rows = plan_axis(ph, tile, self.tile_overlap, loaded.align)
@@ -506,7 +544,7 @@ class Upscaler:
             return None
         if self.tile == "auto":
             side = self._auto_tile_limit(loaded)
-            costs = CPU_TILE_COST.get(loaded.dtype) if self.device.type == "cpu" else None
+            costs = cpu_tile_cost(loaded.dtype) if self.device.type == "cpu" else None
             if costs is not None:  # the fastest plan by measured speed, within the memory bound
                 return fastest_tile(h, w, side, self.tile_overlap, loaded.align, costs)
             if h <= side and w <= side:
@@ -615,7 +653,7 @@ class Upscaler:
         """Chain the passes; the last one writes ``out_dtype`` (the others feed a pass: float32)."""
         maps, names = [], []
         for n, s in enumerate(passes):
-            loaded = self._get(s)
+            loaded = self._get(s, pixels.shape[0] * pixels.shape[1])
             last = n == len(passes) - 1
             pixels, budget = self._run_pass(loaded, pixels, want_budget, tta, should_stop,
                                             out_dtype if last else np.float32, progress)

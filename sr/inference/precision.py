@@ -1,10 +1,12 @@
 """Which floating-point type the network runs in: ``--precision auto|fp32|bf16``.
 
 On a GPU ``auto`` keeps the engine's long-standing choice (bf16 on CUDA where supported, else fp16;
-fp16 on MPS). On a CPU ``auto`` runs bf16 only where both hold: the CPU multiplies bf16 natively
-(:func:`~sr.inference.devices.cpu_has_native_bf16`: AMX), and the model's measured quality cost in
-bf16 is on record below and within :data:`MAX_BF16_COST_DB`; everything else runs fp32. ``fp32``
-and ``bf16`` force that type on any device.
+fp16 on MPS). On a CPU ``auto`` runs bf16 only where all hold: the CPU multiplies bf16 in hardware
+(:func:`~sr.inference.devices.cpu_bf16_kind`: AMX, or AVX-512 BF16), the input is at least as large
+as bf16 was measured faster from on that kind of CPU (:data:`BF16_FROM_PIXELS`), and the model's
+measured quality cost in bf16 is on record below and within :data:`MAX_BF16_COST_DB`; everything
+else runs fp32. ``fp32`` and ``bf16`` force that type on any device. :func:`choose_dtype` also says
+why, for ``sr info`` and ``sr upscale -v``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 from .. import weights as sr_weights
 from ..request import PRECISIONS
-from .devices import cpu_has_native_bf16, pick_dtype
+from .devices import cpu_bf16_kind, cpu_runs_bf16, pick_dtype
 
 if TYPE_CHECKING:
     from ..descriptor import ModelDescriptor
@@ -29,12 +31,28 @@ MAX_BF16_COST_DB = 0.01
 # Set5 and Set14, from (D = ../shared/datasets)
 #   sr eval --hr D/valid D/benchmark/Set5 D/benchmark/Set14 --scale S --model NAME --device cpu -q \
 #       --precision fp32|bf16
-# (docs/inference.md#precision-bf16-on-cpus-with-amx has the per-set figures). A model not listed here
-# (your own weights, even under a shipped name) runs fp32 under auto: its cost is unknown.
+# (docs/inference.md#precision-bf16-where-the-cpu-multiplies-it has the per-set figures; measured on
+# the AMX Xeon). A model not listed here (your own weights, even under a shipped name) runs fp32
+# under auto: its cost is unknown.
 BF16_PSNR_COST_DB: dict[str, float] = {
     "asa-base-x2": 0.0079, "asa-base-x3": 0.0035, "asa-base-x4": 0.0016,
     "asa-deep-x2": 0.0077, "asa-deep-x3": 0.0043, "asa-deep-x4": 0.0046,
     "photo-x2": 0.0054, "photo-x3": 0.0063, "photo-x4": 0.0037,
+}
+
+
+# From which input size (pixels of one model pass's input) auto runs bf16, per cpu_bf16_kind; None =
+# never. AMX: bf16 was faster at every size measured (12 valid images at x2 and x4 through `sr upscale`:
+# 2.72x / 2.40x fp32, docs/inference.md). AVX-512 BF16 without AMX (AMD EPYC Zen 5): 1.9-2.3x on an
+# 800 px JPEG and 2.03x on a 1600 px image, but 0.76x on the 192 px samples, where the fixed cost of
+# bf16's weight reorders outweighs its faster convolutions; 512 x 512 sits between the measured
+# points. Emulated (AVX2 only, e.g. AMD EPYC Zen 3): bf16 is slower than fp32 at every size.
+BF16_FROM_PIXELS: dict[str, int | None] = {"amx": 0, "avx512_bf16": 512 * 512, "emulated": None}
+# What the speed-up was measured as, for the reason auto gives.
+BF16_MEASURED = {
+    "amx": "AMX-BF16, measured 2.4-2.7x fp32 end to end",
+    "avx512_bf16": "AVX512_BF16, measured 1.9-2.3x fp32 from 800 px",
+    "emulated": "no AMX or AVX512_BF16 on this CPU (bf16 is slower than fp32 there, or cannot run)",
 }
 
 
@@ -68,17 +86,44 @@ def bf16_cost_ok(models: Iterable[str | None]) -> bool:
     )
 
 
-def resolve_dtype(precision: str, device: torch.device, models: Iterable[str | None] = ()) -> torch.dtype:
-    """The dtype to run ``models`` in: their :func:`record_name` (e.g. 'asa-base-x2'; a blend names
-    both files)."""
+def choose_dtype(
+    precision: str, device: torch.device, models: Iterable[str | None] = (), pixels: int | None = None,
+) -> tuple[torch.dtype, str]:
+    """(dtype, why) to run ``models`` in: their :func:`record_name` (e.g. 'asa-base-x2'; a blend names
+    both files), on an input of ``pixels`` (one pass's; None = a large one). ``why`` is a short
+    reason such as 'bf16: AVX512_BF16, measured 1.9-2.3x fp32 from 800 px'."""
     precision = parse_precision(precision)
     if precision in DTYPES:
         if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise PrecisionError("this CUDA GPU has no bf16 support; use --precision auto or fp32")
-        return DTYPES[precision]
+        if precision == "bf16" and device.type == "cpu" and not cpu_runs_bf16():
+            raise PrecisionError("this CPU cannot run bf16 convolutions (torch's oneDNN needs AVX-512 or "
+                                 "AVX-NE-CONVERT for them); use --precision auto or fp32")
+        return DTYPES[precision], f"{precision}: asked for"
     if device.type != "cpu":
-        return pick_dtype(device)
-    return torch.bfloat16 if cpu_has_native_bf16() and bf16_cost_ok(models) else torch.float32
+        dtype = pick_dtype(device)
+        return dtype, f"{precision_name(dtype)}: the {device.type} default"
+    kind = cpu_bf16_kind()
+    start = BF16_FROM_PIXELS[kind]
+    if start is None:
+        return torch.float32, f"fp32: {BF16_MEASURED[kind]}"
+    names = list(models)
+    if not bf16_cost_ok(names):
+        unknown = [n for n in names if n not in BF16_PSNR_COST_DB]
+        cause = ("no measured bf16 quality cost for " + ", ".join(str(n) for n in unknown)
+                 if unknown or not names else f"bf16 costs more than {MAX_BF16_COST_DB} dB")
+        return torch.float32, f"fp32: {cause}"
+    if pixels is not None and pixels < start:
+        return torch.float32, (f"fp32: input under {start / 1e6:.2f} MP, where bf16 measured slower "
+                               f"than fp32 on this kind of CPU")
+    return torch.bfloat16, f"bf16: {BF16_MEASURED[kind]}"
+
+
+def resolve_dtype(
+    precision: str, device: torch.device, models: Iterable[str | None] = (), pixels: int | None = None,
+) -> torch.dtype:
+    """:func:`choose_dtype` without the reason."""
+    return choose_dtype(precision, device, models, pixels)[0]
 
 
 def precision_name(dtype: torch.dtype) -> str:

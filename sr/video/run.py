@@ -3,6 +3,10 @@
 A segment folder ``.<output name>.sr-parts`` next to the output holds the committed segments and what
 they were made from (``plan.json``); a later run with the same input and settings picks up where the
 last one stopped, anything else starts it afresh. It is removed once the output is written.
+A run resumes by whole segments (:data:`sr.video.segments.SEGMENT_FRAMES` frames): Ctrl-C loses the
+segment in progress, and says so (:class:`VideoInterrupted`); a clip of one segment or less is
+redone from its start. Smaller segments for short clips would buy little: the work lost is bounded
+by one segment on any clip, and every segment adds a keyframe (and one encoder start) to the output.
 """
 
 from __future__ import annotations
@@ -35,6 +39,31 @@ class VideoResult:
     model: str
     choice: str = ""  # --model auto: what was chosen and why
     chosen: str = ""
+    kept: int = 0  # frames of segments an earlier run committed: joined, not upscaled by this run
+
+    @property
+    def upscaled(self) -> int:
+        """The frames this run upscaled."""
+        return self.frames - self.kept
+
+    @property
+    def upscaled_pixels(self) -> int:
+        return self.out_pixels // self.frames * self.upscaled if self.frames else 0
+
+    def describe(self, where: str = "") -> str:
+        """The line a batch prints when the video is done ('168 frames in 6.8 s (24.84 frames/s, ...)'),
+        its rates over the frames this run upscaled: a resumed run's kept frames are counted apart.
+        ``where``: e.g. ' on 2 Ray actor(s)'."""
+        s, model = self.seconds, self.choice or self.model
+        fps = self.upscaled / s if s > 0 else 0.0
+        mps = self.upscaled_pixels / 1e6 / s if s > 0 else 0.0
+        rates = f"{fps:.2f} frames/s, {mps:.2f} output MP/s"
+        if not self.kept:
+            return f"{self.frames} frames in {s:.1f} s{where} ({rates}; {model})"
+        if not self.upscaled:
+            return f"{self.frames} frames, all kept from the earlier run, joined in {s:.1f} s ({model})"
+        return (f"{self.frames} frames: {self.upscaled} upscaled, {self.kept} kept from the earlier run, "
+                f"in {s:.1f} s{where} ({rates} over the {self.upscaled} upscaled; {model})")
 
 
 def settings_of(opts: VideoOptions) -> VideoSettings:
@@ -78,9 +107,10 @@ def _plan_key(info: VideoInfo, opts: VideoOptions, settings: VideoSettings, a: i
               size: int) -> dict:
     st, r = info.path.stat(), opts.request
     return {"input": str(info.path.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "model": str(r.model), "denoise": r.denoise, "scale": r.scale, "outscale": r.outscale,
-            "width": r.width, "height": r.height, "tta": r.tta, "precision": r.precision,
-            "codec": settings.codec, "crf": settings.quality, "frames": [a, b], "segment": size}
+            "model": str(r.model), "denoise": r.denoise, "look": r.look, "scale": r.scale,
+            "outscale": r.outscale, "width": r.width, "height": r.height, "tta": r.tta,
+            "precision": r.precision, "codec": settings.codec, "crf": settings.quality, "frames": [a, b],
+            "segment": size}
 
 
 def prepare_parts(parts: Path, key: dict) -> None:
@@ -120,6 +150,7 @@ class Plan:
     spans: list[tuple[int, int]]
     paths: list[Path]
     out: Path
+    segment: int = seg.SEGMENT_FRAMES  # frames per segment: what a resumed run keeps whole
 
     @property
     def missing(self) -> list[int]:
@@ -142,7 +173,33 @@ def plan_video(up: Upscaler, src: Path, out: Path, opts: VideoOptions, segment_f
     parts = parts_folder(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     prepare_parts(parts, _plan_key(info, opts, settings, a, b, size))
-    return Plan(info, settings, a, b, spans, [seg.segment_path(parts, i) for i in range(len(spans))], out)
+    return Plan(info, settings, a, b, spans, [seg.segment_path(parts, i) for i in range(len(spans))], out,
+                size)
+
+
+class VideoInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a video; its message says what the next run of the same command keeps."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(interrupted_message(plan))
+        self.kept = plan.done_frames
+
+
+def interrupted_message(plan: Plan) -> str:
+    """What an interruption kept: the finished segments (whole ones only)."""
+    kept, total, n = plan.done_frames, plan.b - plan.a, len(plan.spans)
+    head = f"{plan.info.path}: interrupted: "
+    grain = f"a run resumes by whole segments of {plan.segment} frames"
+    if not kept:
+        unfinished = (f"this video's {total} frames are one segment, unfinished" if n == 1
+                      else f"none of this video's {n} segments was finished")
+        return f"{head}nothing kept for the next run ({grain}, and {unfinished})"
+    done = n - len(plan.missing)
+    if done == n:  # stopped while joining
+        return (f"{head}all {total} frames kept ({n} segments, in {parts_folder(plan.out)}); "
+                "the same command joins them")
+    return (f"{head}{kept} of {total} frames kept ({done} of {n} segments, in {parts_folder(plan.out)}); "
+            f"the same command resumes from there ({grain}: the one in progress is redone)")
 
 
 def finish(plan: Plan) -> None:
@@ -152,13 +209,14 @@ def finish(plan: Plan) -> None:
 
 
 def result_of(up: Upscaler, plan: Plan, opts: VideoOptions, seconds: float, choice: object = None,
-              model: str = "") -> VideoResult:
+              model: str = "", kept: int = 0) -> VideoResult:
+    """``kept``: the frames an earlier run had committed (``plan.done_frames`` before this run's)."""
     r = opts.request
     (oh, ow), _ = up.plan_size(plan.info.height, plan.info.width, r.scale, r.outscale, r.width, r.height)
     n = plan.b - plan.a
     return VideoResult(frames=n, out_pixels=n * ow * oh, seconds=seconds, model=model or str(r.model),
                        choice=choice.describe() if choice is not None else "",
-                       chosen=choice.model if choice is not None else "")
+                       chosen=choice.model if choice is not None else "", kept=kept)
 
 
 def frame_bar(plan: Plan):  # noqa: ANN201 - a tqdm
@@ -174,6 +232,7 @@ def upscale_video(
     """Upscale ``src`` into ``out`` (VideoError for this video's fault; nothing at ``out`` then)."""
     plan = plan_video(up, src, out, opts, segment_frames)
     upscale = frame_upscaler(up, plan.info, opts)
+    kept = plan.done_frames
     bar = frame_bar(plan)
     start = time.perf_counter()
     try:
@@ -182,9 +241,11 @@ def upscale_video(
             seg.encode_segment(plan.info, sa, sb, upscale, plan.settings, path,
                                on_frame=lambda: bar.update(1))
         finish(plan)
+    except KeyboardInterrupt:
+        raise VideoInterrupted(plan) from None
     finally:
         bar.close()
     result = upscale.last.get("result")
     return result_of(up, plan, opts, time.perf_counter() - start,
                      choice=result.choice if result is not None else None,
-                     model=result.model if result is not None else "")
+                     model=result.model if result is not None else "", kept=kept)

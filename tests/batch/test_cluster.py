@@ -176,8 +176,8 @@ def test_without_ray_the_flag_says_how_to_install(tmp_path, tiny_x2, monkeypatch
     monkeypatch.setitem(sys.modules, "ray.data", None)
     assert upscale(tmp_path / "x.png", tmp_path / "out", tiny_x2, "--ray") == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("sr upscale: error: --ray needs Ray Data: pip install 'sr-asa[cluster]' "
-                   "(or pip install 'ray[data]')")
+    assert err == ("sr upscale: error: --ray needs Ray Data: pip install 'ray[data]>=2.51,<2.64' "
+                   "(the cluster extra: pip install '.[cluster]' in a checkout of sr)")
     assert not (tmp_path / "out").exists()
 
 

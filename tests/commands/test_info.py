@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,8 @@ def test_weights_file_shows_metadata(capsys: pytest.CaptureFixture, tmp_path: Pa
     code, out, _ = _info(capsys, str(path), "--size", "96x64")
     assert code == 0
     f = _fields(out)
-    assert out.splitlines()[0] == "win-x2"
+    assert out.splitlines()[0] == "w"  # the model's name (its file's stem), not the training run's
+    assert f["trained as"] == "win-x2"
     assert f["source"] == f"weights file {path}"
     assert f["preset"] == "asa-small (attention: window)"
     assert f["attention"] == "window (window=8, stride=2)"
@@ -196,5 +198,88 @@ def test_a_family_name_shows_each_scale(capsys: pytest.CaptureFixture, tmp_path:
     code, out, _ = _info(capsys, "mine")
     assert code == 0
     blocks = out.split("\n\n")
-    assert [b.splitlines()[0] for b in blocks] == ["run-x2", "run-x3"]
+    assert [b.splitlines()[0] for b in blocks] == ["mine-x2", "mine-x3"]
+    assert [_fields(b)["trained as"] for b in blocks] == ["run-x2", "run-x3"]
     assert [_fields(b)["scale"] for b in blocks] == ["x2", "x3"]
+
+
+def test_the_heading_is_the_public_name_and_a_same_run_name_is_not_repeated(
+    capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sr.weights
+
+    save_weights(build_model("asa-small-x2"), tmp_path / "asa-small-x2.safetensors", name="x2-extra")
+    save_weights(build_model("asa-small-x3"), tmp_path / "mine-x3.safetensors", name="mine-x3")
+    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
+    code, out, _ = _info(capsys, "asa-small-x2", "--size", "48x48")
+    assert code == 0 and out.splitlines()[0] == "asa-small-x2" and _fields(out)["trained as"] == "x2-extra"
+    assert out.count("x2-extra") == 1
+    code, out, _ = _info(capsys, "mine-x3", "--size", "48x48")
+    assert code == 0 and out.splitlines()[0] == "mine-x3" and "trained as" not in out
+
+
+def test_notes_are_shown_without_tracker_references(capsys: pytest.CaptureFixture, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A weights file's note may cite the project's tracker; sr info, listing or in full, does not."""
+    import sr.weights
+    from sr.commands.info import public_text
+
+    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
+    save_weights(build_model("conv-base-x2"), tmp_path / "photo-conv-x2.safetensors", preset="conv-base",
+                 experimental="issue 53's conv-only arm: a research baseline",
+                 note="measured (issue 54, row E) on a Xeon, as asked in issue 42")
+    for argv in ((), ("photo-conv-x2", "--size", "48x48")):
+        code, out, _ = _info(capsys, *argv)
+        assert code == 0 and "the conv-only arm: a research baseline" in out
+        assert "issue" not in out.lower()
+    assert _fields(out)["note"] == "measured on a Xeon, as asked"
+    assert public_text("no tracker here") == "no tracker here"
+
+
+def test_all_table_is_the_same_on_every_run_and_leaves_the_rng_alone() -> None:
+    from sr.commands.info import table_all
+
+    torch.manual_seed(123)
+    expected_next = torch.rand(1)
+    torch.manual_seed(123)
+    first = table_all((48, 48))
+    assert torch.rand(1) == expected_next  # the caller's random stream is untouched
+    assert table_all((48, 48)) == first
+
+
+@pytest.mark.slow
+def test_the_docs_gmacs_table_is_what_sr_info_all_prints() -> None:
+    """docs/evaluation.md quotes `sr info --all`'s GMACs at 1280x720: the same figures."""
+    from sr.commands.info import table_all
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "evaluation.md").read_text(encoding="utf-8")
+    quoted = {}
+    for m in re.finditer(r"^\| (asa-\w+)-x2 / x3 / x4 \|.*\| ([\d.]+) / ([\d.]+) / ([\d.]+) \|$", docs, re.M):
+        for scale, value in zip((2, 3, 4), m.groups()[1:], strict=True):
+            quoted[f"{m.group(1)}-x{scale}"] = value
+    assert len(quoted) == 12
+    printed = {row[0]: row[5] for row in table_all((720, 1280))[1:]}
+    assert {name: printed[name] for name in quoted} == quoted
+
+
+def test_the_shipped_catalogue_shows_no_tracker_words(capsys: pytest.CaptureFixture) -> None:
+    """The shipped photo-conv files' note cites a tracker issue; what sr info prints does not."""
+    code, out, _ = _info(capsys)
+    assert code == 0 and "photo-conv" in out
+    assert re.search(r"\bissue\b|\bsessions?\b", out, re.I) is None
+
+
+@pytest.mark.parametrize(("kind", "said"), [
+    ("amx", "auto here: bf16: AMX-BF16, measured 2.4-2.7x fp32 end to end"),
+    ("avx512_bf16", "auto here: bf16: AVX512_BF16, measured 1.9-2.3x fp32 from 800 px "
+                    "(inputs under 0.26 MP: fp32)"),
+    ("emulated", "auto here: fp32: no AMX or AVX512_BF16 on this CPU (bf16 is slower than fp32 there, or "
+                 "cannot run)"),
+])
+def test_info_says_the_cpu_precision_and_why(kind: str, said: str, capsys: pytest.CaptureFixture,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sr.inference.precision.cpu_bf16_kind", lambda: kind)
+    monkeypatch.setattr("sr.inference.devices.cpu_bf16_kind", lambda: kind)
+    assert main(["info", "asa-base-x2"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "CPU precision" in ln)
+    assert line.split("CPU precision", 1)[1].strip() == said

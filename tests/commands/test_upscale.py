@@ -244,6 +244,46 @@ def test_only_missing_inputs_exit_2_and_create_no_folder(tmp_path, tiny, capsys)
         assert not (tmp_path / "out").exists()
 
 
+def test_nothing_found_names_each_input_and_why(tmp_path, tiny, capsys):
+    (tmp_path / "empty").mkdir()
+    save(tmp_path / "nested" / "deeper" / "x.png", photo(6, 6))
+    (tmp_path / "nested" / "notes.txt").write_text("not an image")
+    inputs = [str(tmp_path / n) for n in ("nope.png", "*.none", "empty", "nested")]
+    assert sr(*inputs, "-o", str(tmp_path / "out"), "--model", tiny) == 2
+    err = capsys.readouterr().err
+    assert err == (f"sr upscale: error: no input images found ({inputs[0]}: no such file or folder; "
+                   f"{inputs[1]}: no image or video matches this pattern; "
+                   f"{inputs[2]}: no images or videos in this folder; ...)\n")
+    assert sr(inputs[3], "-o", str(tmp_path / "out"), "--model", tiny) == 2
+    assert (f"({inputs[3]}: no images or videos in this folder, and without -r its subfolders are not "
+            "read)") in capsys.readouterr().err
+    assert sr(inputs[3], "-o", str(tmp_path / "out"), "--model", tiny, "-r") == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["{tmp}/nope.png", "--model", "asa-base"],
+     "no input images found ({tmp}/nope.png: no such file or folder)"),
+    (["{tmp}/*.none", "--model", "asa-base"],
+     "no input images found ({tmp}/*.none: no image or video matches"),
+    (["{tmp}/x.png", "--model", "no-such-model"],
+     "unknown model 'no-such-model': no no-such-model-x{{2,3,4}}"),
+    (["{tmp}/x.png", "--model", "{tmp}/gone.safetensors"],
+     "weights file not found: {tmp}/gone.safetensors"),
+])
+def test_a_missing_input_or_unknown_model_is_reported_before_torch_loads(tmp_path, argv, message):
+    """Checked before the engine is built: no torch import (seconds on a loaded machine), exit 2."""
+    save(tmp_path / "x.png", photo(6, 6))
+    code = ("import sys; from sr.cli import main; rc = main(sys.argv[1:]); "
+            "print('torch loaded' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    args = ["upscale", *(a.format(tmp=tmp_path) for a in argv), "-o", str(tmp_path / "out")]
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout.strip() == "no torch"
+    assert proc.stderr.startswith("sr upscale: error: " + message.format(tmp=tmp_path)), proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_budget_map_file_at_output_size(tmp_path, tiny):
     save(tmp_path / "in" / "x.png", photo(20, 28))
     assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--model", tiny, "--save-budget-map",
@@ -612,6 +652,7 @@ def test_help_documents_look(capsys, monkeypatch):
             "1 = photo-natural: GAN-trained texture; in between blends the weights") in text
 
 
+@pytest.mark.cpu_bf16  # forces bf16 on the CPU
 def test_precision_flag_runs_bf16_close_to_fp32_and_rejects_other_names(tmp_path, tiny, capsys):
     src = save(tmp_path / "in" / "rgb.png", photo(37, 29))
     for p in ("fp32", "bf16"):
@@ -623,6 +664,16 @@ def test_precision_flag_runs_bf16_close_to_fp32_and_rejects_other_names(tmp_path
     with pytest.raises(SystemExit) as exit_info:
         sr(str(src), "-o", str(tmp_path / "x"), "--model", tiny, "--precision", "fp16")
     assert exit_info.value.code == 2 and "invalid choice: 'fp16'" in capsys.readouterr().err
+
+
+def test_bf16_where_the_cpu_cannot_run_it_is_a_clear_error(tmp_path, tiny, capsys, monkeypatch):
+    monkeypatch.setattr("sr.inference.precision.cpu_runs_bf16", lambda: False)  # an AVX2-only CPU
+    src = save(tmp_path / "in" / "rgb.png", photo(37, 29))
+    code = sr(str(src), "-o", str(tmp_path / "out"), "--model", tiny, "--precision", "bf16")
+    err = capsys.readouterr().err
+    assert code != 0 and "this CPU cannot run bf16 convolutions" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert sr(str(src), "-o", str(tmp_path / "auto"), "--model", tiny) == 0  # auto: fp32 there
 
 
 def test_large_inputs_get_a_per_tile_bar_that_follows_the_engine():
@@ -651,6 +702,7 @@ def test_large_inputs_get_a_per_tile_bar_that_follows_the_engine():
     assert (shown.n, shown.total) == (1, 40)
 
 
+@pytest.mark.cpu_bf16  # forces bf16 on the CPU
 def test_bench_upscale_compares_precisions_side_by_side(tmp_path, tiny, capsys):
     for i in range(2):
         save(tmp_path / "hr" / f"{i}.png", photo(64, 48, seed=i))

@@ -16,6 +16,8 @@ from sr.inference import Upscaler
 from sr.io import DecodedImage, read_image
 from sr.metrics import float_psnr
 
+pytestmark = pytest.mark.cpu_bf16  # every test here runs bf16 convolutions on the CPU
+
 MIN_PSNR_DB = 45.0
 MIN_SAME_BUDGET = 0.95  # share of budget-map pixels equal in both precisions
 PHOTO = Path(__file__).resolve().parents[2] / "data" / "chelsea.png"

@@ -13,9 +13,12 @@ from sr.models.registry import ASA
 from sr.weights import save_weights
 
 CPU = torch.device("cpu")
-# Abridged flag lines: a Sapphire Rapids Xeon (AMX), and an EPYC with AVX-512 BF16 but no AMX.
+# Abridged flag lines: a Sapphire Rapids Xeon (AMX), an EPYC Zen 5 (AVX-512 BF16, no AMX) and an EPYC
+# Zen 3 (AVX2 only: bf16 emulated).
 XEON_AMX = "fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
 EPYC_NO_AMX = "fpu avx2 avx512f avx512_bf16"
+EPYC_AVX2 = "fpu avx avx2 fma f16c"
+LARGE, SMALL = 800 * 600, 192 * 192  # pass inputs either side of where bf16 pays on AVX-512 BF16
 
 
 @pytest.fixture
@@ -26,6 +29,8 @@ def cpuinfo(tmp_path, monkeypatch):
         path = tmp_path / "cpuinfo"
         path.write_text(f"processor\t: 0\nmodel name\t: test cpu\nflags\t\t: {flags}\n\n")
         monkeypatch.setattr(devices, "CPUINFO", str(path))
+        # torch's own bf16 check reads the real CPU: answer as such a CPU would (AVX-512 runs bf16)
+        monkeypatch.setattr(precision, "cpu_runs_bf16", lambda: "avx512f" in flags.split())
 
     return fake
 
@@ -46,11 +51,11 @@ def test_names_parse_and_unknown_ones_fail_clearly():
         parse_precision("fp16")
 
 
-def test_native_bf16_needs_amx_in_the_flags(cpuinfo):
-    cpuinfo(XEON_AMX)
-    assert devices.cpu_has_native_bf16() is True
-    cpuinfo(EPYC_NO_AMX)  # AVX-512 BF16 alone: not measured faster, so not native here
-    assert devices.cpu_has_native_bf16() is False
+def test_the_bf16_kind_comes_from_the_flags(cpuinfo):
+    for flags, kind in ((XEON_AMX, "amx"), (EPYC_NO_AMX, "avx512_bf16"), (EPYC_AVX2, "emulated")):
+        cpuinfo(flags)
+        assert devices.cpu_bf16_kind() == kind
+        assert devices.cpu_has_native_bf16() is (kind != "emulated")
 
 
 def test_without_cpuinfo_torchs_amx_check_decides(tmp_path, monkeypatch):
@@ -61,16 +66,50 @@ def test_without_cpuinfo_torchs_amx_check_decides(tmp_path, monkeypatch):
     assert devices.cpu_has_native_bf16() is False
 
 
-def test_auto_on_cpu_takes_bf16_only_with_amx_and_a_recorded_cost_within_the_limit(cpuinfo, record):
+def test_auto_on_an_amx_cpu_takes_bf16_with_a_recorded_cost_within_the_limit(cpuinfo, record):
     record({"m-x2": 0.004, "m-x4": 0.03})
     cpuinfo(XEON_AMX)
     assert resolve_dtype("auto", CPU, ["m-x2"]) == torch.bfloat16
+    assert resolve_dtype("auto", CPU, ["m-x2"], pixels=SMALL) == torch.bfloat16  # faster at every size
     assert resolve_dtype("auto", CPU, ["m-x4"]) == torch.float32  # costs more than 0.01 dB
     assert resolve_dtype("auto", CPU, ["mine-x2"]) == torch.float32  # no record: cost unknown
     assert resolve_dtype("auto", CPU, ["m-x2", "m-x4"]) == torch.float32  # a blend: both must pass
     assert resolve_dtype("auto", CPU, []) == torch.float32
+
+
+def test_auto_with_avx512_bf16_alone_takes_bf16_from_the_measured_size(cpuinfo, record):
+    record({"m-x2": 0.004, "m-x4": 0.03})
     cpuinfo(EPYC_NO_AMX)
-    assert resolve_dtype("auto", CPU, ["m-x2"]) == torch.float32
+    start = precision.BF16_FROM_PIXELS["avx512_bf16"]
+    assert SMALL < start <= LARGE
+    assert resolve_dtype("auto", CPU, ["m-x2"], pixels=LARGE) == torch.bfloat16
+    assert resolve_dtype("auto", CPU, ["m-x2"], pixels=start) == torch.bfloat16
+    assert resolve_dtype("auto", CPU, ["m-x2"], pixels=start - 1) == torch.float32
+    assert resolve_dtype("auto", CPU, ["m-x2"]) == torch.bfloat16  # size unknown: a large input
+    assert resolve_dtype("auto", CPU, ["m-x4"], pixels=LARGE) == torch.float32  # the record still rules
+
+
+def test_auto_where_bf16_is_emulated_stays_fp32_and_forcing_it_fails_clearly(cpuinfo, record):
+    record({"m-x2": 0.004})
+    cpuinfo(EPYC_AVX2)
+    assert resolve_dtype("auto", CPU, ["m-x2"], pixels=LARGE) == torch.float32
+    with pytest.raises(PrecisionError, match="this CPU cannot run bf16 convolutions"):
+        resolve_dtype("bf16", CPU, ["m-x2"])
+
+
+def test_auto_says_why(cpuinfo, record):
+    record({"m-x2": 0.004, "m-x4": 0.03})
+    cpuinfo(EPYC_NO_AMX)
+    assert precision.choose_dtype("auto", CPU, ["m-x2"], LARGE) == (
+        torch.bfloat16, "bf16: AVX512_BF16, measured 1.9-2.3x fp32 from 800 px")
+    dtype, why = precision.choose_dtype("auto", CPU, ["m-x2"], SMALL)
+    assert dtype == torch.float32 and why.startswith("fp32: input under 0.26 MP")
+    assert precision.choose_dtype("auto", CPU, ["mine-x2"], LARGE)[1] == (
+        "fp32: no measured bf16 quality cost for mine-x2")
+    assert precision.choose_dtype("auto", CPU, ["m-x4"], LARGE)[1] == "fp32: bf16 costs more than 0.01 dB"
+    assert precision.choose_dtype("fp32", CPU, ["m-x2"]) == (torch.float32, "fp32: asked for")
+    cpuinfo(EPYC_AVX2)
+    assert precision.choose_dtype("auto", CPU, ["m-x2"])[1].startswith("fp32: no AMX or AVX512_BF16")
 
 
 def test_explicit_precisions_and_gpu_auto(cpuinfo):
@@ -104,6 +143,24 @@ def test_engine_resolves_per_scale_and_passes_precision_to_its_networks(weights_
     assert forced.dtype_for(2) == torch.float32
     with pytest.raises(UpscaleError, match="precision must be one of auto, fp32, bf16, got 'half'"):
         Upscaler("tiny", device="cpu", weights_dir=weights_dir, precision="half")
+
+
+def test_the_engine_loads_small_inputs_fp32_where_bf16_pays_only_on_large_ones(weights_dir, cpuinfo, record,
+                                                                                monkeypatch):
+    from sr.request import UpscaleRequest
+
+    cpuinfo(EPYC_NO_AMX)
+    record({"tiny-x2": 0.002})
+    monkeypatch.setitem(precision.BF16_FROM_PIXELS, "avx512_bf16", 40 * 40)
+    monkeypatch.setattr(sr_weights, "WEIGHTS_DIR", weights_dir)
+    up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1)
+    assert up.dtype_for(2, 39 * 40) == torch.float32 and up.dtype_for(2, 40 * 40) == torch.bfloat16
+    for side in (16, 48):  # under and over the (here lowered) start of bf16; plan loads what runs
+        up.plan(side, side, UpscaleRequest(scale=2))
+    assert sorted(up._models, key=str) == [(2, torch.bfloat16), (2, torch.float32)]
+    assert up._models[(2, torch.bfloat16)].net.head.weight.dtype == torch.bfloat16
+    assert up._models[(2, torch.float32)].net.head.weight.dtype == torch.float32
+    assert up.precision_for(2, 16 * 16)[1].startswith("fp32: input under")
 
 
 def test_a_blend_needs_both_records_but_denoise_0_only_the_default_familys(tmp_path, cpuinfo, record,

@@ -13,6 +13,8 @@ from sr.models import build_model, network
 from sr.models.network import SRNet
 from sr.weights import WEIGHTS_DIR, load_model
 
+pytestmark = pytest.mark.cpu_bf16  # every test here runs bf16 convolutions on the CPU
+
 
 def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     mse = (a.float().clamp(0, 1) - b.float().clamp(0, 1)).pow(2).mean().item()

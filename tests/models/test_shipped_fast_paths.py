@@ -35,7 +35,8 @@ def astronaut_tile(h: int, w: int) -> torch.Tensor:
     return torch.from_numpy(img.copy()).permute(2, 0, 1)[None].float().div(255)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.cpu_bf16)],
+                         ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", SHIPPED)
 @torch.inference_mode()
 def test_tiered_path_agrees_with_static_reference(name, dtype):

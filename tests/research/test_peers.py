@@ -61,6 +61,7 @@ def test_ours_and_imdn_are_timed_per_scale(hr_folder, tmp_path, capsys):
         assert r["ours_params"] < r["imdn_params"] and r["ours_macs_g"] < r["imdn_macs_g"]
 
 
+@pytest.mark.cpu_bf16  # forces bf16 on the CPU
 def test_both_networks_run_in_the_precision_asked_for(hr_folder, tmp_path, capsys):
     out = tmp_path / "peers.json"
     assert main(["--hr", str(hr_folder), "--scales", "2", "--rounds", "1", "--images", "1",

@@ -64,6 +64,35 @@ def test_small_uploads_asking_huge_outputs_are_refused_before_any_work(make_clie
     assert _post(client, _solid_png(16, 16), width=64).status_code == 200 and recorder.calls == 1
 
 
+def _late_exif_png(w: int, h: int, orientation: int) -> bytes:
+    """A w x h PNG whose eXIf chunk (the orientation) comes after the pixel data, before IEND."""
+    import struct
+    import zlib
+
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    body = exif.tobytes()[6:]  # without the "Exif\0\0" header
+    chunk = struct.pack(">I", len(body)) + b"eXIf" + body + struct.pack(">I", zlib.crc32(b"eXIf" + body))
+    png = _solid_png(w, h)
+    return png[:-12] + chunk + png[-12:]
+
+
+def test_a_late_orientation_is_refused_on_the_turned_size_before_any_work(make_client, monkeypatch) -> None:
+    # 600x40 turned by orientation 6 is 40x600: width 2100 asks 2100x31500, not 2100x140. The
+    # prediction must use the turned size (and this machine's measured speed): a 422 at once,
+    # not a job that holds the worker until the time limit.
+    recorder = _Recorder()
+    monkeypatch.setattr(service_app, "run_job", recorder)
+    client = make_client(workers=1, timeout_s=10)
+    start = time.perf_counter()
+    r = _post(client, _late_exif_png(600, 40, 6), width=2100)
+    assert r.status_code == 422, r.text
+    assert "2100x31500 output" in r.json()["detail"] and recorder.calls == 0
+    assert time.perf_counter() - start < 5
+    ok = _post(client, _late_exif_png(600, 40, 6), width=80)  # 80x1200: small, served turned
+    assert ok.status_code == 200 and Image.open(io.BytesIO(ok.content)).size == (80, 1200)
+
+
 def test_outscale_output_limit_and_tta_work_limit(make_client, make_image, monkeypatch) -> None:
     recorder = _Recorder()
     monkeypatch.setattr(service_app, "run_job", recorder)

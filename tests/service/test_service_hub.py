@@ -33,7 +33,9 @@ def test_catalog_k_max_is_the_descriptors(tmp_path: Path) -> None:
     assert "path" not in by_name["dflt-x2"]  # server paths stay hidden
 
 
-def test_engines_run_in_the_configured_precision(tmp_path: Path) -> None:
+def test_engines_run_in_the_configured_precision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # only the configuration is checked (nothing runs): as on a CPU that has bf16 convolutions
+    monkeypatch.setattr("sr.inference.precision.cpu_runs_bf16", lambda: True)
     for name in ("asa-base-x2", "photo-x2"):
         _save(tmp_path, name, "adaptive", {"region": 4, "stride": 2})
     hub = ModelHub(Settings(weights_dir=tmp_path, model="asa-base", preload=False, precision="bf16"))

@@ -226,3 +226,100 @@ def test_other_output_codecs(codec, make_clip, tiny_x2, tmp_path) -> None:
     decoders = {"h265": {"hevc"}, "av1": {"av1", "libdav1d", "libaom-av1"}, "vp9": {"vp9", "libvpx-vp9"}}
     assert got["codec"] in decoders[codec]
     assert got["size"] == (128, 96) and got["times"] == want["times"] and got["audio"] == want["audio"]
+
+
+def _crash_after(monkeypatch, segments: int) -> None:
+    """Ctrl-C when the batch starts encoding segment number ``segments`` (0-based) of a run."""
+    real, calls = seg.encode_segment, []
+
+    def encode(*args, **kw):
+        calls.append(args[1])
+        if len(calls) > segments:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(seg, "encode_segment", encode)
+
+
+def test_a_resumed_video_reports_what_it_upscaled_and_what_it_kept(make_clip, tiny_x2, tmp_path,
+                                                                    monkeypatch, capsys) -> None:
+    monkeypatch.setattr(seg, "SEGMENT_FRAMES", 2)  # segments of 2 frames: 4 for 7 frames
+    src = make_clip(frames=7)
+    opts = BatchOptions(inputs=(str(src),), output=str(tmp_path / "out"),
+                        request=UpscaleRequest(model=str(tiny_x2)), threads=1)
+    real = seg.encode_segment
+    _crash_after(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(opts)
+    err = capsys.readouterr().err
+    assert (f"sr upscale: {src}: interrupted: 4 of 7 frames kept (2 of 4 segments, in "
+            f"{parts_folder(tmp_path / 'out' / 'clip_x2.mp4')}); the same command resumes from there "
+            "(a run resumes by whole segments of 2 frames: the one in progress is redone)") in err
+    monkeypatch.setattr(seg, "encode_segment", real)
+    assert run_batch(opts) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "clip_x2.mp4:" in ln)
+    assert ": 7 frames: 3 upscaled, 4 kept from the earlier run, in " in line
+    assert "output MP/s over the 3 upscaled; " in line  # its rates: the next test
+
+
+def test_interrupting_a_clip_of_one_segment_says_nothing_is_kept(make_clip, tiny_x2, tmp_path,
+                                                                  monkeypatch, capsys) -> None:
+    src = make_clip(frames=5, audio=False)  # shorter than one segment (SEGMENT_FRAMES)
+    _crash_after(monkeypatch, 0)
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(BatchOptions(inputs=(str(src),), output=str(tmp_path / "out"),
+                               request=UpscaleRequest(model=str(tiny_x2)), threads=1))
+    err = capsys.readouterr().err
+    assert (f"{src}: interrupted: nothing kept for the next run (a run resumes by whole segments of "
+            f"{seg.SEGMENT_FRAMES} frames, and this video's 5 frames are one segment, unfinished)") in err
+
+
+def test_video_result_rates_count_the_upscaled_frames_only() -> None:
+    from sr.video.run import VideoResult
+
+    fresh = VideoResult(frames=168, out_pixels=168 * 10**6, seconds=6.8, model="m")
+    assert fresh.describe() == "168 frames in 6.8 s (24.71 frames/s, 24.71 output MP/s; m)"
+    resumed = VideoResult(frames=168, out_pixels=168 * 10**6, seconds=6.8, model="m", kept=120)
+    assert resumed.upscaled == 48 and resumed.upscaled_pixels == 48 * 10**6
+    assert resumed.describe(" on 2 Ray actor(s)") == (
+        "168 frames: 48 upscaled, 120 kept from the earlier run, in 6.8 s on 2 Ray actor(s) "
+        "(7.06 frames/s, 7.06 output MP/s over the 48 upscaled; m)")
+    joined = VideoResult(frames=168, out_pixels=168, seconds=0.3, model="m", kept=168)
+    assert joined.describe() == "168 frames, all kept from the earlier run, joined in 0.3 s (m)"
+
+
+@pytest.mark.parametrize("change", [{"look": 0.5}, {"denoise": 0.5}])
+def test_a_resume_with_another_look_or_denoise_starts_afresh(make_clip, tmp_path, change) -> None:
+    """The segments' plan names look and denoise: a resume with another one does not mix frames."""
+    from types import SimpleNamespace
+
+    from sr.video.run import plan_video
+
+    src, out = make_clip(frames=3, audio=False), tmp_path / "clip_x2.mp4"
+    up = SimpleNamespace(plan_size=lambda h, w, *a: ((2 * h, 2 * w), None))  # the size check only
+
+    def plan(**request):
+        opts = BatchOptions(inputs=(), output=str(tmp_path), threads=1,
+                            request=UpscaleRequest(model="photo", **request)).checked()
+        return plan_video(up, src, out, opts, segment_frames=2)
+
+    plan().paths[0].write_bytes(b"a finished segment")
+    assert plan().done_frames == 2  # the same plan keeps it
+    assert plan(**change).done_frames == 0  # another look (or denoise): afresh
+
+
+def test_interrupted_while_joining_keeps_every_segment(make_clip, tiny_x2, tmp_path, monkeypatch) -> None:
+    import sr.video.run as video_run
+
+    def stop(*args, **kw):
+        raise KeyboardInterrupt
+
+    src, out = make_clip(frames=3, audio=False), tmp_path / "clip_x2.mp4"
+    opts = _opts(tiny_x2, tmp_path)
+    monkeypatch.setattr(video_run, "join", stop)
+    with pytest.raises(video_run.VideoInterrupted) as e:
+        upscale_video(make_upscaler(opts), src, out, opts, segment_frames=2)
+    assert str(e.value) == (f"{src}: interrupted: all 3 frames kept (2 segments, in {parts_folder(out)}); "
+                            "the same command joins them")
+    assert e.value.kept == 3

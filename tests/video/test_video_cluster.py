@@ -37,3 +37,32 @@ def test_ray_output_equals_local(make_clip, tiny_x2, tmp_path, local_ray, monkey
     local, ray = tmp_path / "local" / "clip_x2.mp4", tmp_path / "ray" / "clip_x2.mp4"
     assert ray.read_bytes() == local.read_bytes()
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == ["clip_x2.mp4"]  # no segment folder left
+
+
+@pytest.mark.slow
+def test_ray_resumes_a_local_run_and_reports_the_kept_frames(make_clip, tiny_x2, tmp_path, local_ray,
+                                                             monkeypatch, capsys) -> None:
+    monkeypatch.setattr(seg, "SEGMENT_FRAMES", 2)
+    src = make_clip(frames=7)
+
+    def run(ray: str | None) -> int:
+        return run_batch(BatchOptions(inputs=(str(src),), output=str(tmp_path / "out"),
+                                      request=UpscaleRequest(model=str(tiny_x2)), threads=1, ray=ray,
+                                      ray_actors=1 if ray is not None else None))
+
+    real, calls = seg.encode_segment, []
+
+    def crash_on_third(*args, **kw):
+        calls.append(args[1])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(seg, "encode_segment", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        run(None)
+    monkeypatch.setattr(seg, "encode_segment", real)
+    capsys.readouterr()
+    assert run("") == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "clip_x2.mp4:" in ln)
+    assert ": 7 frames: 3 upscaled, 4 kept from the earlier run, in " in line and "on 1 Ray actor(s)" in line

@@ -1,0 +1,58 @@
+"""Where the shipped weights are, and whether a model name names any file: without torch.
+
+:mod:`sr.weights` turns names into files (and imports torch, seconds on a loaded machine); this
+module holds the part of its rule that needs no tensor library, so that ``sr upscale`` refuses an
+unknown model or a missing weights file before the network's libraries load. What a file holds is
+still :mod:`sr.weights`' to check.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from . import AUTO_MODEL
+
+SCALES = (2, 3, 4)  # the scales a model family has files for (sr.descriptor.SCALES)
+
+
+def shipped_weights_dir() -> Path:
+    """Where the shipped weights are: the checkout's weights/ (an editable install or a source tree),
+    else the copy a wheel carries inside the package (sr/_weights, made by setup.py's build hook)."""
+    package = Path(__file__).resolve().parent
+    checkout = package.parent / "weights"
+    if any(checkout.glob("*.safetensors")):
+        return checkout
+    return package / "_weights"
+
+
+def weights_folder() -> Path:
+    """The folder model names are looked up in: :data:`sr.weights.WEIGHTS_DIR` (which callers and
+    tests may set) once that module is loaded, else the shipped one."""
+    loaded = sys.modules.get("sr.weights")
+    return loaded.WEIGHTS_DIR if loaded is not None else shipped_weights_dir()
+
+
+def unknown_model_message(text: str, folder: Path, known: str) -> str:
+    return (f"unknown model {text!r}: no {text}-x{{2,3,4}}.safetensors in {folder} "
+            f"(available: {known or 'none'}); pass a .safetensors path to use your own weights")
+
+
+def missing_model(model: str | Path, folder: Path | None = None) -> str | None:
+    """Why no file answers to ``model`` (as :func:`sr.weights.find_models` would say it), or None
+    when one may: ``auto``, an existing file, or a name with a file in ``folder`` (default:
+    :func:`weights_folder`). Names and paths only; no file is opened."""
+    text = str(model)
+    if text == AUTO_MODEL:
+        return None
+    path = Path(text).expanduser()
+    if isinstance(model, Path) or text.endswith(".safetensors") or path.is_file():
+        return None if path.is_file() else f"weights file not found: {path}"
+    if not text or "/" in text or "\\" in text:
+        return f"unknown model {text!r}: not a weights file"
+    folder = folder if folder is not None else weights_folder()
+    names = [f"{text}.safetensors", *(f"{text}-x{s}.safetensors" for s in SCALES)]
+    if any((folder / name).is_file() for name in names):
+        return None
+    known = ", ".join(sorted(p.stem for p in folder.glob("*.safetensors"))) if folder.is_dir() else ""
+    return unknown_model_message(text, folder, known)
