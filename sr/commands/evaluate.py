@@ -8,6 +8,10 @@ output paths) is checked first, so a bad invocation fails fast and writes nothin
 and level the seeded set of :mod:`sr.evaluation.degraded` is built in (or reused from) ``--degrade-dir``
 (default ``runs/degraded``, the layout of ``sr degrade -o``) and scored as ``--lr`` folders against
 the clean HR, with a "blind mean" row (mild/medium/heavy) per HR folder.
+
+``--metrics psnr,ssim,haarpsi,cvvdp,brisque`` adds perceptual metrics (:mod:`sr.evaluation.perceptual`,
+the optional extra ``.[perceptual]``) as columns of every table and file; they are parsed and their
+packages imported before any folder is read or the model loaded.
 """
 
 from __future__ import annotations
@@ -59,6 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--gray-as-rgb", action="store_true",
         help="score gray HR images as RGB (replicated, then Y) instead of on their gray values",
     )
+    p.add_argument(
+        "--metrics", metavar="LIST",
+        help="comma list of psnr, ssim (always scored), haarpsi, cvvdp, brisque: perceptual metrics "
+             "on the RGB output as extra columns (needs the perceptual extra; docs/evaluation.md)",
+    )
     p.add_argument("--json", metavar="FILE", help="write per-image and per-set results as JSON")
     p.add_argument("--csv", metavar="FILE", help="write per-image and per-set results as CSV")
     p.add_argument("--save", metavar="DIR", help="save SR images as PNG under DIR/<set>/")
@@ -97,19 +106,58 @@ def pick_device(name: str) -> torch.device:
         raise CLIError(str(e)) from None
 
 
+def parse_metric_choice(text: str | None) -> tuple[str, ...]:
+    """``--metrics`` as the perceptual metrics to add (none when not given or only psnr/ssim), each
+    one's package imported now: an unknown name or a missing package is a CLIError."""
+    if text is None:
+        return ()
+    from ..evaluation.perceptual import PerceptualUnavailable, parse_metrics
+
+    try:
+        return parse_metrics(text)
+    except (ValueError, PerceptualUnavailable) as e:
+        raise CLIError(f"--metrics: {e}") from None
+
+
 # -- printing ---------------------------------------------------------------------------------------
 
+# table headers of the perceptual metrics (--json/--csv use the metric names)
+HEADERS = {"haarpsi": "HaarPSI", "cvvdp": "CVVDP", "brisque": "BRISQUE"}
 
-def _set_line(name: str, width: int, images: int, p: float, s: float) -> str:
+
+def _extra(metrics: tuple[str, ...], values: dict[str, float]) -> str:
+    return "".join(f"  {values[m]:>{max(8, len(HEADERS[m]))}.4f}" for m in metrics)
+
+
+def _extra_header(metrics: tuple[str, ...]) -> str:
+    return "".join(f"  {HEADERS[m]:>{max(8, len(HEADERS[m]))}}" for m in metrics)
+
+
+def _set_line(name: str, width: int, images: int, p: float, s: float,
+              metrics: tuple[str, ...] = (), values: dict[str, float] | None = None) -> str:
     """One line of the summary table: a set (or a blind mean) with its image count and means."""
-    return f"  {name:<{width}}  {images:>6}  {p:>8.4f}  {s:>7.4f}"
+    return f"  {name:<{width}}  {images:>6}  {p:>8.4f}  {s:>7.4f}" + _extra(metrics, values or {})
 
 
-def _row(name: str, width: int, p: float, s: float) -> str:
-    return f"  {name:<{width}}  {p:>8.4f}  {s:>7.4f}"
+def _row(name: str, width: int, p: float, s: float,
+         metrics: tuple[str, ...] = (), values: dict[str, float] | None = None) -> str:
+    return f"  {name:<{width}}  {p:>8.4f}  {s:>7.4f}" + _extra(metrics, values or {})
 
 
-def _score_printed(plan: SetPlan, upscale: UpscaleFn | None, args: argparse.Namespace, bar) -> SetResult:
+def _describe_metrics(metrics: tuple[str, ...]) -> str:
+    """The line that says how the perceptual columns were scored (docs/evaluation.md has it in full)."""
+    from ..evaluation.perceptual import CVVDP_DISPLAY
+
+    how = {
+        "haarpsi": "HaarPSI (1 = identical)",
+        "cvvdp": f"CVVDP (JOD, {CVVDP_DISPLAY} display; 10 = no visible difference)",
+        "brisque": "BRISQUE (SR alone; lower = more natural)",
+    }
+    return f"perceptual, on RGB with the same crop: {', '.join(how[m] for m in metrics)}"
+
+
+def _score_printed(plan: SetPlan, upscale: UpscaleFn | None, args: argparse.Namespace, bar,
+                   metrics: tuple[str, ...] = ()) -> SetResult:
     """:func:`sr.evaluation.score_set` with a table per set (unless --quiet); ``bar`` counts images."""
     from tqdm import tqdm
 
@@ -119,17 +167,17 @@ def _score_printed(plan: SetPlan, upscale: UpscaleFn | None, args: argparse.Name
     if not args.quiet:
         lr_note = f"LR from {plan.lr_dir}" if plan.lr_dir else "LR = bicubic of HR"
         print(f"\n{plan.name} ({len(plan.pairs)} images, {lr_note})")
-        print(f"  {'image':<{width}}  {'PSNR':>8}  {'SSIM':>7}")
+        print(f"  {'image':<{width}}  {'PSNR':>8}  {'SSIM':>7}" + _extra_header(metrics))
 
-    def on_image(stem: str, p: float, s: float) -> None:
+    def on_image(stem: str, p: float, s: float, **values: float) -> None:
         bar.update(1)
-        if not args.quiet:
-            tqdm.write(_row(stem, width, p, s), file=sys.stdout)  # above the bar, not through it
+        if not args.quiet:  # above the bar, not through it
+            tqdm.write(_row(stem, width, p, s, metrics, values), file=sys.stdout)
 
     res = score_set(plan, upscale, args.scale, args.channel, args.gray_as_rgb,
-                    Path(args.save) if args.save else None, on_image)
+                    Path(args.save) if args.save else None, on_image, metrics)
     if not args.quiet:
-        print(_row("mean", width, res.psnr, res.ssim))
+        print(_row("mean", width, res.psnr, res.ssim, metrics, {m: res.mean(m) for m in metrics}))
     return res
 
 
@@ -151,15 +199,20 @@ def run(args: argparse.Namespace) -> int:
     if args.degrade is not None and args.lr is not None:
         raise CLIError("--degrade and --lr exclude each other (--degrade makes the LR sets)")
     json_path, csv_path = _check_output(args.json, "--json"), _check_output(args.csv, "--csv")
+    # before any folder is read or the model loaded: a missing package fails in seconds, not after
+    # a set has been upscaled
+    metrics = parse_metric_choice(args.metrics)
     from ..evaluation import EvaluationError
 
     try:
-        return _evaluate(args, json_path, csv_path)
+        return _evaluate(args, json_path, csv_path, metrics)
     except EvaluationError as e:
         raise CLIError(str(e)) from None
 
 
-def _evaluate(args: argparse.Namespace, json_path: Path | None, csv_path: Path | None) -> int:
+def _evaluate(
+    args: argparse.Namespace, json_path: Path | None, csv_path: Path | None, metrics: tuple[str, ...] = ()
+) -> int:
     from tqdm import tqdm
 
     from ..evaluation import (
@@ -176,6 +229,7 @@ def _evaluate(args: argparse.Namespace, json_path: Path | None, csv_path: Path |
         write_file,
     )
     from ..evaluation.degraded import DEFAULT_SEED
+    from ..evaluation.perceptual import min_side
 
     scale = args.scale
     targets, seed, degrade_dir = None, None, None
@@ -184,9 +238,11 @@ def _evaluate(args: argparse.Namespace, json_path: Path | None, csv_path: Path |
         seed = DEFAULT_SEED if args.degrade_seed is None else args.degrade_seed
         degrade_dir = Path(args.degrade_dir or DEFAULT_DEGRADE_DIR)
         targets = plan_degraded(args.hr, levels, scale, degrade_dir, seed)  # checks the HR folders too
+        if min_side(metrics):  # and what the metrics need of them, before any set is built
+            plan_sets(args.hr, None, scale, min_side(metrics))
         plans = []
     else:
-        plans = plan_sets(args.hr, args.lr, scale)
+        plans = plan_sets(args.hr, args.lr, scale, min_side(metrics))
     device = pick_device(args.device)  # checked even for bicubic, so a typo never passes silently
     if args.model == "bicubic":
         upscale, model_desc = None, "bicubic (MATLAB imresize)"
@@ -200,13 +256,16 @@ def _evaluate(args: argparse.Namespace, json_path: Path | None, csv_path: Path |
                 print(describe_built(target, manifest), flush=True)
 
         build_targets(targets, scale, seed, built)  # the only writes before scoring
-        plans = plan_sets([str(t.hr_dir) for t in targets], [str(t.out) for t in targets], scale)
+        plans = plan_sets([str(t.hr_dir) for t in targets], [str(t.out) for t in targets], scale,
+                          min_side(metrics))
         for plan, t in zip(plans, targets, strict=True):
             plan.name = t.out.name  # <set>-<level>-x<S>, the name training logs give a --val-lr set
             set_levels[plan.name] = t.level
 
     chan = "Y" if args.channel == "y" else "RGB"
     print(f"model: {model_desc}   scale: x{scale}   scored on: {chan}, {scale}-pixel border cropped")
+    if metrics:
+        print(_describe_metrics(metrics))
     if targets is not None:
         print(f"degraded LR: {', '.join(dict.fromkeys(t.level for t in targets))} "
               f"(seed {seed}, sets in {degrade_dir})")
@@ -214,16 +273,17 @@ def _evaluate(args: argparse.Namespace, json_path: Path | None, csv_path: Path |
     # On a terminal only (disable=None): a model on a large set is minutes of otherwise silent work.
     with tqdm(total=sum(len(p.pairs) for p in plans), unit="img", disable=None, file=sys.stderr,
               dynamic_ncols=True, leave=False) as bar:
-        results = [_score_printed(plan, upscale, args, bar) for plan in plans]
+        results = [_score_printed(plan, upscale, args, bar, metrics) for plan in plans]
     blind = blind_means(results, set_levels, scale) if targets is not None else None
     width = max(12, *(len(r.plan.name) for r in results), *(len(b.name) for b in blind or []))
-    print(f"\n  {'set':<{width}}  {'images':>6}  {'PSNR':>8}  {'SSIM':>7}")
+    print(f"\n  {'set':<{width}}  {'images':>6}  {'PSNR':>8}  {'SSIM':>7}" + _extra_header(metrics))
     last = {r.plan.hr_dir: r for r in results}  # a folder's blind mean follows its last set
     for r in results:
-        print(_set_line(r.plan.name, width, len(r.rows), r.psnr, r.ssim))
+        print(_set_line(r.plan.name, width, len(r.rows), r.psnr, r.ssim, metrics,
+                        {m: r.mean(m) for m in metrics}))
         for b in blind or []:
             if last[b.hr_dir] is r:
-                print(_set_line(b.name, width, b.images, b.psnr, b.ssim))
+                print(_set_line(b.name, width, b.images, b.psnr, b.ssim, metrics, b.perceptual))
     if blind:
         print(f"\n  blind mean = the mean of a folder's {', '.join(BLIND_LEVELS)} sets scored here")
 
@@ -236,6 +296,12 @@ def _evaluate(args: argparse.Namespace, json_path: Path | None, csv_path: Path |
         "crop_border": scale,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+    if metrics:
+        from ..evaluation.perceptual import BASE_METRICS, CVVDP_DISPLAY
+
+        header["metrics"] = [*BASE_METRICS, *metrics]
+        if "cvvdp" in metrics:
+            header["cvvdp_display"] = CVVDP_DISPLAY
     if targets is not None:
         header["degrade"] = {"levels": list(dict.fromkeys(t.level for t in targets)), "seed": seed,
                              "dir": str(degrade_dir)}

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 
-INSTALL_HINT = "install the perceptual extra: pip install '.[perceptual]' (piq, cvvdp, brisque)"
+INSTALL_HINT = ("install the perceptual extra: pip install '.[perceptual]' in a checkout, or the wheel's "
+                "path with [perceptual] (piq, cvvdp, brisque, opencv-python-headless, torchvision)")
 CVVDP_DISPLAY = "standard_fhd"
+HAARPSI_MIN_SIDE = 16  # piq's HaarPSI (3 scales) needs 2 ** (3 + 1) pixels a side
 
 
 class PerceptualUnavailable(RuntimeError):
@@ -51,12 +54,25 @@ def _rgb(img: np.ndarray) -> np.ndarray:
 
 
 def _import(module: str, package: str):
+    # pycvvdp imports torch.utils.cpp_extension, which warns "No CUDA runtime is found" under a CUDA
+    # build of torch on a machine without a GPU (the torchvision pairing docs/evaluation.md gives):
+    # nothing here compiles an extension, so the warning is noise on sr eval's standard error.
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)
     try:
         return __import__(module, fromlist=["_"])
-    except ImportError as e:  # the package, or one it needs (cv2 for brisque), is missing
+    except (ImportError, OSError, RuntimeError) as e:
+        # ImportError: the package, or one it needs (torchvision for piq and cvvdp), is missing;
+        # RuntimeError: a torchvision built for another torch ("operator torchvision::nms does not exist")
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "torchvision" in str(e):
+            why += "; torchvision must be the release made for this torch"
         raise PerceptualUnavailable(
-            f"the {package!r} metric package cannot be imported ({e}); {INSTALL_HINT}"
+            f"the {package!r} metric package cannot be imported ({why}); {INSTALL_HINT}"
         ) from None
+    finally:
+        log.setLevel(level)
 
 
 def _haarpsi(hr: np.ndarray, sr: np.ndarray) -> float:
@@ -126,7 +142,7 @@ def parse_metrics(text: str) -> tuple[str, ...]:
     """
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     if not names:
-        raise ValueError("--metrics is empty; give e.g. psnr,ssim,haarpsi,cvvdp,brisque")
+        raise ValueError("no metric named; give e.g. psnr,ssim,haarpsi,cvvdp,brisque")
     unknown = [n for n in names if n not in METRICS and n not in BASE_METRICS]
     if unknown:
         raise ValueError(f"unknown metric(s) {', '.join(unknown)}; choose from "
@@ -145,7 +161,14 @@ def check_available(name: str) -> None:
     elif metric.package == "cvvdp":
         _import("pycvvdp", "cvvdp")
     else:
+        _import("cv2", "opencv-python-headless")  # first: brisque's own ImportError is many lines
         _import("brisque", "brisque")
+
+
+def min_side(names: tuple[str, ...]) -> int:
+    """The fewest pixels a side (after the border crop) the named metrics can score; 0 = no minimum
+    beyond PSNR/SSIM's."""
+    return HAARPSI_MIN_SIDE if "haarpsi" in names else 0
 
 
 def score_perceptual(names: tuple[str, ...], hr: np.ndarray, sr: np.ndarray) -> dict[str, float]:

@@ -7,7 +7,7 @@ import csv
 import io
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ class BlindMean:
     psnr: float
     ssim: float
     images: int
+    perceptual: dict[str, float] = field(default_factory=dict)  # each perceptual metric's, likewise
 
 
 def blind_means(results: list[SetResult], levels: dict[str, str], scale: int) -> list[BlindMean]:
@@ -46,6 +47,7 @@ def blind_means(results: list[SetResult], levels: dict[str, str], scale: int) ->
         out.append(BlindMean(
             f"{set_name(hr_dir)}-blind-mean-x{scale}", hr_dir, [levels[r.plan.name] for r in rs],
             float(np.mean([r.psnr for r in rs])), float(np.mean([r.ssim for r in rs])), len(rs[0].rows),
+            {m: float(np.mean([r.mean(m) for r in rs])) for m in rs[0].metrics},
         ))
     return out
 
@@ -59,7 +61,8 @@ def results_json(
     results: list[SetResult], header: dict, levels: dict[str, str] | None = None,
     blind: list[BlindMean] | None = None,
 ) -> str:
-    """``levels``: set name -> degradation level of the --degrade sets; ``blind``: their blind means."""
+    """``levels``: set name -> degradation level of the --degrade sets; ``blind``: their blind means.
+    Perceptual metrics (a set's ``metrics``) follow ``ssim`` in each set, image and blind mean."""
     sets = []
     for r in results:
         entry = {
@@ -69,35 +72,44 @@ def results_json(
         }
         if levels:
             entry["level"] = levels.get(r.plan.name)
+        per_image = [{"image": n, "psnr": _num(p), "ssim": s} for n, p, s in r.rows]
+        for row, scores in zip(per_image, r.perceptual, strict=bool(r.metrics)):
+            row.update({m: _num(v) for m, v in scores.items()})
         sets.append({
             **entry,
             "images": len(r.rows),
             "psnr": _num(r.psnr),
             "ssim": r.ssim,
+            **{m: _num(r.mean(m)) for m in r.metrics},
             "seconds": round(r.seconds, 3),
-            "per_image": [{"image": n, "psnr": _num(p), "ssim": s} for n, p, s in r.rows],
+            "per_image": per_image,
         })
     doc = {**header, "sets": sets}
     if blind is not None:
         doc["blind_means"] = [
             {"name": b.name, "hr": str(b.hr_dir), "levels": b.levels, "images": b.images,
-             "psnr": _num(b.psnr), "ssim": b.ssim}
+             "psnr": _num(b.psnr), "ssim": b.ssim, **{m: _num(v) for m, v in b.perceptual.items()}}
             for b in blind
         ]
     return json.dumps(doc, indent=2) + "\n"
 
 
 def results_csv(results: list[SetResult], blind: list[BlindMean] | None = None) -> str:
-    """Rows of kind ``image`` and ``mean`` per set, then one ``blind-mean`` row per blind mean."""
+    """Rows of kind ``image`` and ``mean`` per set, then one ``blind-mean`` row per blind mean; a
+    column per perceptual metric after ``ssim`` when the sets were scored with any."""
+    metrics = results[0].metrics if results else ()
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["set", "kind", "image", "psnr", "ssim"])
+    w.writerow(["set", "kind", "image", "psnr", "ssim", *metrics])
     for r in results:
-        for n, p, s in r.rows:
-            w.writerow([r.plan.name, "image", n, f"{p:.4f}", f"{s:.4f}"])
-        w.writerow([r.plan.name, "mean", "", f"{r.psnr:.4f}", f"{r.ssim:.4f}"])
+        for i, (n, p, s) in enumerate(r.rows):
+            w.writerow([r.plan.name, "image", n, f"{p:.4f}", f"{s:.4f}",
+                        *(f"{r.perceptual[i][m]:.4f}" for m in metrics)])
+        w.writerow([r.plan.name, "mean", "", f"{r.psnr:.4f}", f"{r.ssim:.4f}",
+                    *(f"{r.mean(m):.4f}" for m in metrics)])
     for b in blind or []:
-        w.writerow([b.name, "blind-mean", "", f"{b.psnr:.4f}", f"{b.ssim:.4f}"])
+        w.writerow([b.name, "blind-mean", "", f"{b.psnr:.4f}", f"{b.ssim:.4f}",
+                    *(f"{b.perceptual[m]:.4f}" for m in metrics)])
     return buf.getvalue()
 
 

@@ -41,6 +41,10 @@ class SetResult:
     plan: SetPlan
     rows: list[tuple[str, float, float]] = field(default_factory=list)  # (image, psnr, ssim)
     seconds: float = 0.0
+    # the perceptual metrics asked for (sr.evaluation.perceptual), in order, and per image (as rows)
+    # each one's score: empty when none were asked for
+    metrics: tuple[str, ...] = ()
+    perceptual: list[dict[str, float]] = field(default_factory=list)
 
     @property
     def psnr(self) -> float:
@@ -49,6 +53,10 @@ class SetResult:
     @property
     def ssim(self) -> float:
         return float(np.mean([r[2] for r in self.rows]))
+
+    def mean(self, metric: str) -> float:
+        """The set's mean of one perceptual metric (over its images, as PSNR's)."""
+        return float(np.mean([scores[metric] for scores in self.perceptual]))
 
 
 def set_names(dirs: list[Path]) -> list[str]:
@@ -110,9 +118,17 @@ def _listing(folder: Path, what: str) -> list[Path]:
     return files
 
 
-def plan_sets(hr_dirs: list[str], lr_dirs: list[str] | None, scale: int) -> list[SetPlan]:
+MIN_SIDE = 11  # SSIM's 11x11 window: the pixels a side left after the scale-wide border crop
+
+
+def plan_sets(
+    hr_dirs: list[str], lr_dirs: list[str] | None, scale: int, min_side: int = MIN_SIDE
+) -> list[SetPlan]:
     """Folders -> image pairs. Every header is read up front: unreadable or too-small HR images, and
-    LR images that are not exactly HR / scale (after modcrop), fail before anything is scored."""
+    LR images that are not exactly HR / scale (after modcrop), fail before anything is scored.
+    ``min_side``: the pixels a side an image needs after the border crop (more than SSIM's 11 for
+    a perceptual metric with a larger minimum, :func:`sr.evaluation.perceptual.min_side`)."""
+    min_side = max(min_side, MIN_SIDE)
     if lr_dirs is not None and len(lr_dirs) != len(hr_dirs):
         raise EvaluationError(
             f"give one --lr folder per --hr folder ({len(hr_dirs)} HR, {len(lr_dirs)} LR)"
@@ -126,9 +142,11 @@ def plan_sets(hr_dirs: list[str], lr_dirs: list[str] | None, scale: int) -> list
         for h, lr in zip(hr_files, lr_files, strict=True):
             hw, hh = _image_size(h)
             mw, mh = hw - hw % scale, hh - hh % scale
-            # SSIM's 11x11 window needs 11 pixels left after the scale-wide border crop.
-            if min(mw, mh) - 2 * scale < 11:
-                raise EvaluationError(f"{h}: {hw}x{hh} is too small to score at x{scale}")
+            if min(mw, mh) - 2 * scale < min_side:
+                need = "" if min_side == MIN_SIDE else (
+                    f" (the metrics asked for need {min_side} pixels a side after the {scale}-pixel "
+                    "border crop)")
+                raise EvaluationError(f"{h}: {hw}x{hh} is too small to score at x{scale}{need}")
             if lr is not None:
                 lw, lh = _image_size(lr)
                 if (mw, mh) != (lw * scale, lh * scale):

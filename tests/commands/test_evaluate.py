@@ -140,6 +140,7 @@ def test_tta_scores_the_self_ensemble(capsys: pytest.CaptureFixture, sets: dict[
         assert p != score_image(hr, model_upscaler(model), 2)[0]
 
 
+@pytest.mark.cpu_bf16  # forces bf16 on the CPU
 def test_precision_bf16_scores_the_model_run_in_bf16(capsys: pytest.CaptureFixture, sets: dict[str, Path],
                                                     weights: Path) -> None:
     import torch
@@ -437,3 +438,236 @@ def test_degrade_default_dir_and_seed(capsys: pytest.CaptureFixture, sets: dict[
     code, out, _ = _eval(capsys, "--hr", str(sets["beta"]), "--scale", "3", "--degrade", "heavy",
                          "--degrade-seed", "5", "--degrade-dir", "seed5")
     assert code == 0 and (tmp_path / "seed5" / "beta-heavy-x3").is_dir()
+
+
+# -- --metrics: perceptual columns (the real metrics are tests/evaluation/test_perceptual.py's) ---------
+
+
+def test_default_output_is_the_psnr_ssim_table_byte_for_byte(
+    capsys: pytest.CaptureFixture, sets: dict[str, Path], tmp_path: Path
+) -> None:
+    """Without --metrics (or with only psnr,ssim) the table and files are what they were before."""
+    js, cs = tmp_path / "r.json", tmp_path / "r.csv"
+    code, out, err = _eval(capsys, "--hr", str(sets["beta"]), "--scale", "2", "--json", str(js), "--csv",
+                           str(cs))
+    assert code == 0 and err == ""
+    (face,) = evaluate_folder(sets["beta"], 2, None)
+    p, s = f"{face.psnr:>8.4f}", f"{face.ssim:>7.4f}"
+    assert out == (
+        "model: bicubic (MATLAB imresize)   scale: x2   scored on: Y, 2-pixel border cropped\n"
+        "\n"
+        "beta (1 images, LR = bicubic of HR)\n"
+        "  image             PSNR     SSIM\n"
+        f"  face          {p}  {s}\n"
+        f"  mean          {p}  {s}\n"
+        "\n"
+        "  set           images      PSNR     SSIM\n"
+        f"  beta               1  {p}  {s}\n"
+    )
+    doc = json.loads(js.read_text())
+    assert list(doc) == ["model", "description", "scale", "channel", "gray_as_rgb", "crop_border", "seconds",
+                         "sets"]
+    assert list(doc["sets"][0]) == ["name", "hr", "lr", "images", "psnr", "ssim", "seconds", "per_image"]
+    assert list(doc["sets"][0]["per_image"][0]) == ["image", "psnr", "ssim"]
+    assert cs.read_text() == (f"set,kind,image,psnr,ssim\nbeta,image,face,{face.psnr:.4f},{face.ssim:.4f}\n"
+                              f"beta,mean,,{face.psnr:.4f},{face.ssim:.4f}\n")
+    csv_before, json_before = cs.read_text(), {k: v for k, v in doc.items() if k != "seconds"}
+    code, same, _ = _eval(capsys, "--hr", str(sets["beta"]), "--scale", "2", "--json", str(js), "--csv",
+                          str(cs), "--metrics", "PSNR,ssim")
+    assert code == 0 and same == out and cs.read_text() == csv_before
+    doc = json.loads(js.read_text())
+    for s_ in doc["sets"]:
+        s_.pop("seconds")
+    for s_ in json_before["sets"]:
+        s_.pop("seconds")
+    assert {k: v for k, v in doc.items() if k != "seconds"} == json_before
+
+
+@pytest.mark.parametrize(
+    "metrics, message",
+    [("psnr,lpips", "--metrics: unknown metric(s) lpips; choose from psnr, ssim, haarpsi, cvvdp, brisque"),
+     (",", "--metrics: no metric named; give e.g. psnr,ssim,haarpsi,cvvdp,brisque")],
+)
+def test_metrics_unknown_or_empty(capsys: pytest.CaptureFixture, sets: dict[str, Path], metrics: str,
+                                  message: str) -> None:
+    code, out, err = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--metrics", metrics)
+    assert code == 2 and out == "" and err.strip() == f"sr eval: error: {message}"
+
+
+@pytest.mark.parametrize("metric, module", [("haarpsi", "piq"), ("cvvdp", "pycvvdp"), ("brisque", "cv2")])
+def test_metrics_missing_package_fails_before_the_model_loads(
+    capsys: pytest.CaptureFixture, sets: dict[str, Path], weights: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, metric: str, module: str,
+) -> None:
+    import sr.evaluation
+
+    called = []
+    monkeypatch.setattr(sr.evaluation, "load_model", lambda *a, **k: called.append("load_model"))
+    monkeypatch.setattr(sr.evaluation, "plan_sets", lambda *a, **k: called.append("plan_sets"))
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed: importing it raises ImportError
+    js = tmp_path / "never.json"
+    code, out, err = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", str(weights),
+                           "--metrics", f"psnr,ssim,{metric}", "--json", str(js))
+    assert code == 2 and out == "" and called == [] and not js.exists()
+    assert err.startswith("sr eval: error: --metrics: the ") and "cannot be imported" in err
+    assert "pip install '.[perceptual]'" in err and err.count("\n") == 1
+
+
+def test_metrics_missing_package_as_a_process(sets: dict[str, Path]) -> None:
+    argv = ["eval", "--hr", str(sets["alpha"]), "--scale", "2", "--metrics", "cvvdp"]
+    script = f"import sys; sys.modules['pycvvdp'] = None; from sr.cli import main; sys.exit(main({argv!r}))"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "sr eval: error: --metrics: the 'cvvdp' metric package cannot be imported" in proc.stderr
+    assert "[perceptual]" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def fake_metrics(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
+    """haarpsi and brisque replaced by simple stand-ins (the extra is not needed) that record what they
+    were given: the plumbing of --metrics tested where the real packages are not installed."""
+    from sr.evaluation import perceptual
+
+    seen: dict[str, list] = {"haarpsi": [], "brisque": []}
+
+    def haarpsi(hr: np.ndarray, sr: np.ndarray) -> float:
+        seen["haarpsi"].append((hr.copy(), sr.copy()))
+        return float(np.mean(np.abs(perceptual._rgb(hr).astype(np.float64) - perceptual._rgb(sr))))
+
+    def brisque(hr: np.ndarray, sr: np.ndarray) -> float:
+        seen["brisque"].append((hr.copy(), sr.copy()))
+        return float(sr.mean())
+
+    monkeypatch.setitem(perceptual.METRICS, "haarpsi",
+                        perceptual.Metric("haarpsi", "piq", True, True, haarpsi))
+    monkeypatch.setitem(perceptual.METRICS, "brisque",
+                        perceptual.Metric("brisque", "brisque", False, False, brisque))
+    monkeypatch.setattr(perceptual, "check_available", lambda name: None)
+    return seen
+
+
+def _table(out: str, n: int) -> dict[str, list[float]]:
+    """Lines of 'name' and n numbers -> {name: numbers} (last one wins for 'mean')."""
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == n + 1 and parts[0] not in ("image", "set"):
+            rows[parts[0]] = [float(x) for x in parts[1:]]
+    return rows
+
+
+def test_metrics_columns_in_table_json_and_csv(capsys: pytest.CaptureFixture, sets: dict[str, Path],
+                                               tmp_path: Path, fake_metrics: dict[str, list]) -> None:
+    from sr.evaluation import load_hr
+    from sr.resize import imresize
+
+    js, cs = tmp_path / "r.json", tmp_path / "r.csv"
+    code, out, err = _eval(capsys, "--hr", str(sets["alpha"]), str(sets["beta"]), "--scale", "2",
+                           "--metrics", "psnr,ssim,brisque,haarpsi", "--json", str(js), "--csv", str(cs))
+    assert code == 0 and err == ""
+    assert "perceptual, on RGB with the same crop: BRISQUE (SR alone; lower = more natural), HaarPSI" in out
+    assert "  image             PSNR     SSIM   BRISQUE   HaarPSI\n" in out
+    assert "  set           images      PSNR     SSIM   BRISQUE   HaarPSI\n" in out
+    # what the metrics saw: HR modcropped, both cut by the 2-pixel border, the RGB bicubic of the LR
+    # (the Y-only baseline has no colour), gray images as they are scored
+    names = ["astro", "cam", "cat", "face"]
+    assert len(fake_metrics["haarpsi"]) == len(fake_metrics["brisque"]) == 4
+    expected: dict[str, tuple[float, float]] = {}
+    for name, (hr_c, sr_c) in zip(names, fake_metrics["haarpsi"], strict=True):
+        folder = sets["beta"] if name == "face" else sets["alpha"]
+        hr = load_hr(folder / f"{name}.png")
+        m = modcrop(hr, 2)
+        np.testing.assert_array_equal(hr_c, m[2:-2, 2:-2])
+        if hr.ndim == 3:
+            np.testing.assert_array_equal(sr_c, imresize(make_lr(m, 2), 2)[2:-2, 2:-2])
+        else:
+            assert sr_c.shape == m[2:-2, 2:-2].shape  # gray in, gray scored
+        expected[name] = (float(sr_c.mean()),
+                          float(np.mean(np.abs(hr_c.astype(np.float64) - sr_c))))
+    assert fake_metrics["haarpsi"][0][0].shape == (46, 44, 3)  # astro: 51x49 -> 50x48 -> 46x44
+    rows = _table(out, 4)
+    for name in names:
+        assert rows[name][2:] == [round(v, 4) for v in expected[name]]
+        assert rows[name][:2] == [round(v, 4) for v in _rows_psnr_ssim(name, sets)]
+    doc = json.loads(js.read_text())
+    assert doc["metrics"] == ["psnr", "ssim", "brisque", "haarpsi"] and "cvvdp_display" not in doc
+    alpha = doc["sets"][0]
+    assert list(alpha)[3:8] == ["images", "psnr", "ssim", "brisque", "haarpsi"]
+    assert [r["brisque"] for r in alpha["per_image"]] == pytest.approx([expected[n][0] for n in names[:3]])
+    assert alpha["haarpsi"] == pytest.approx(np.mean([expected[n][1] for n in names[:3]]))
+    summary = _table(out, 5)  # images, PSNR, SSIM and the two
+    assert summary["alpha"] == [3, round(alpha["psnr"], 4), round(alpha["ssim"], 4),
+                                round(alpha["brisque"], 4), round(alpha["haarpsi"], 4)]
+    with cs.open() as f:
+        table = list(csv.DictReader(f))
+    assert list(table[0]) == ["set", "kind", "image", "psnr", "ssim", "brisque", "haarpsi"]
+    assert table[3]["kind"] == "mean"
+    assert float(table[3]["haarpsi"]) == pytest.approx(alpha["haarpsi"], abs=1e-4)
+    # -q: the summary alone, with the columns
+    code, quiet, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--metrics", "haarpsi", "-q")
+    assert code == 0 and "astro" not in quiet and _table(quiet, 4)["alpha"][3] == round(alpha["haarpsi"], 4)
+
+
+def _rows_psnr_ssim(name: str, sets: dict[str, Path]) -> tuple[float, float]:
+    folder = sets["beta"] if name == "face" else sets["alpha"]
+    (score,) = [s for s in evaluate_folder(folder, 2, None) if s.name == name]
+    return score.psnr, score.ssim
+
+
+def test_metrics_see_what_save_writes_with_a_model(capsys: pytest.CaptureFixture, sets: dict[str, Path],
+                                                   weights: Path, tmp_path: Path,
+                                                   fake_metrics: dict[str, list]) -> None:
+    code, _, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", str(weights),
+                       "--device", "cpu", "--metrics", "brisque", "--save", str(tmp_path), "-q")
+    assert code == 0 and fake_metrics["haarpsi"] == []
+    for name, (_, sr_c) in zip(["astro", "cam", "cat"], fake_metrics["brisque"], strict=True):
+        saved = np.asarray(Image.open(tmp_path / "alpha" / f"{name}.png"))
+        np.testing.assert_array_equal(sr_c, saved[2:-2, 2:-2])
+
+
+def test_metrics_in_blind_means(capsys: pytest.CaptureFixture, sets: dict[str, Path], tmp_path: Path,
+                                fake_metrics: dict[str, list]) -> None:
+    js, cs = tmp_path / "r.json", tmp_path / "r.csv"
+    code, out, _ = _degrade_eval(capsys, sets, tmp_path / "deg", "--degrade", "mild,heavy", "--metrics",
+                                 "brisque", "--json", str(js), "--csv", str(cs), "-q")
+    assert code == 0
+    doc = json.loads(js.read_text())
+    means = {s["name"]: s["brisque"] for s in doc["sets"]}
+    (blind,) = doc["blind_means"]
+    assert blind["brisque"] == pytest.approx((means["alpha-mild-x2"] + means["alpha-heavy-x2"]) / 2)
+    row = _table(out, 4)["alpha-blind-mean-x2"]
+    assert row[3] == round(blind["brisque"], 4)
+    with cs.open() as f:
+        (b,) = [r for r in csv.DictReader(f) if r["kind"] == "blind-mean"]
+    assert float(b["brisque"]) == pytest.approx(blind["brisque"], abs=1e-4)
+
+
+def test_metrics_haarpsi_needs_16_pixels_checked_up_front(capsys: pytest.CaptureFixture, tmp_path: Path,
+                                                          fake_metrics: dict[str, list]) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    Image.fromarray(data.astronaut()[:19, :40]).save(small / "strip.png")  # 18 x 40 -> 14 after the crop
+    assert _eval(capsys, "--hr", str(small), "--scale", "2", "--metrics", "brisque", "-q")[0] == 0
+    code, out, err = _eval(capsys, "--hr", str(small), "--scale", "2", "--metrics", "haarpsi")
+    assert code == 2 and out == "" and fake_metrics["haarpsi"] == []
+    assert "strip.png: 40x19 is too small to score at x2 (the metrics asked for need 16 pixels" in err
+    cache = tmp_path / "deg"
+    code, out, err = _eval(capsys, "--hr", str(small), "--scale", "2", "--metrics", "haarpsi", "--degrade",
+                           "web", "--degrade-dir", str(cache))
+    assert code == 2 and "too small" in err and not cache.exists()  # before any set is built
+
+
+def test_metrics_failure_names_the_image(
+    capsys: pytest.CaptureFixture, sets: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+    fake_metrics: dict[str, list],
+) -> None:
+    from sr.evaluation import perceptual
+
+    def broken(hr: np.ndarray, sr: np.ndarray) -> float:
+        raise ValueError("cannot score this")
+
+    monkeypatch.setitem(perceptual.METRICS, "brisque", perceptual.Metric("brisque", "brisque", False, False,
+                                                                         broken))
+    code, _, err = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--metrics", "brisque")
+    assert code == 2
+    assert err.strip().endswith("astro.png: perceptual metrics failed (cannot score this)")
