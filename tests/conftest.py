@@ -25,12 +25,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def tiny_net(scale: int = 2, seed: int = 0) -> SRNet:
+def tiny_net(scale: int = 2, seed: int = 0, channels: int = 8) -> SRNet:
     """An adaptive-attention SRNet small enough to run 2048x2048 on one CPU thread in seconds."""
     torch.manual_seed(seed)
-    cfg = NetConfig(scale=scale, channels=8, blocks=2, attn_every=2, heads=2, attention="adaptive",
+    cfg = NetConfig(scale=scale, channels=channels, blocks=2, attn_every=2, heads=2, attention="adaptive",
                     attn_options=dict(ASA))
     return SRNet(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def make_tiny_net():
+    """tiny_net itself, for test modules that save their own families of tiny weights."""
+    return tiny_net
 
 
 @pytest.fixture(scope="session")

@@ -20,26 +20,17 @@ from sr.inference import UpscaleError, Upscaler, parse_look
 from sr.inference.model_choice import check_look, choose
 from sr.io import read_image
 from sr.lossy import Compression
-from sr.models import NetConfig, SRNet
-from sr.models.registry import ASA
 from sr.weights import WEIGHTS_DIR, describe, load_look, loaded, save_weights
 
 
-def _net(scale: int, seed: int) -> SRNet:
-    torch.manual_seed(seed)
-    cfg = NetConfig(scale=scale, channels=8, blocks=2, attn_every=2, heads=2, attention="adaptive",
-                    attn_options=dict(ASA))
-    return SRNet(cfg).eval()
-
-
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
+def folder(tmp_path_factory, make_tiny_net) -> Path:
     """asa-base and photo at x2 and x3, photo-natural at x2 only (one architecture, other weights)."""
     out = tmp_path_factory.mktemp("look-weights")
     for scale in (2, 3):
-        save_weights(_net(scale, seed=scale), out / f"{DEFAULT_MODEL}-x{scale}.safetensors")
-        save_weights(_net(scale, seed=10 + scale), out / f"{PHOTO_MODEL}-x{scale}.safetensors")
-    save_weights(_net(2, seed=20), out / f"{NATURAL_MODEL}-x2.safetensors")
+        save_weights(make_tiny_net(scale, seed=scale), out / f"{DEFAULT_MODEL}-x{scale}.safetensors")
+        save_weights(make_tiny_net(scale, seed=10 + scale), out / f"{PHOTO_MODEL}-x{scale}.safetensors")
+    save_weights(make_tiny_net(2, seed=20), out / f"{NATURAL_MODEL}-x2.safetensors")
     return out
 
 

@@ -17,26 +17,17 @@ from sr.inference import UpscaleError, Upscaler, parse_denoise
 from sr.inference.model_choice import choose, compression_of
 from sr.io import DecodedImage, read_image
 from sr.lossy import Compression
-from sr.models import NetConfig, SRNet
-from sr.models.registry import ASA
 from sr.weights import WeightsError, blend_state_dicts, describe, load_blend, loaded, save_weights
 
 
-def _net(scale: int, seed: int, channels: int = 8) -> SRNet:
-    torch.manual_seed(seed)
-    cfg = NetConfig(scale=scale, channels=channels, blocks=2, attn_every=2, heads=2, attention="adaptive",
-                    attn_options=dict(ASA))
-    return SRNet(cfg).eval()
-
-
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
+def folder(tmp_path_factory, make_tiny_net) -> Path:
     """asa-base at x2 and x3, photo at x2 only (same architecture, other weights): auto runs at x2."""
     out = tmp_path_factory.mktemp("weights")
     for scale in (2, 3):
-        save_weights(_net(scale, seed=scale), out / f"{DEFAULT_MODEL}-x{scale}.safetensors")
-    save_weights(_net(2, seed=10), out / f"{PHOTO_MODEL}-x2.safetensors")
-    save_weights(_net(2, seed=11, channels=12), out / "wide-x2.safetensors")  # another architecture
+        save_weights(make_tiny_net(scale, seed=scale), out / f"{DEFAULT_MODEL}-x{scale}.safetensors")
+    save_weights(make_tiny_net(2, seed=10), out / f"{PHOTO_MODEL}-x2.safetensors")
+    save_weights(make_tiny_net(2, seed=11, channels=12), out / "wide-x2.safetensors")  # another architecture
     return out
 
 
