@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sr.bench.cost import DEFAULT_MODELS, PRECISIONS, _int_list, load_picture
+from sr.bench.cost import DEFAULT_MODELS, PRECISIONS, int_list, load_picture
 from sr.errors import CLIError
 from sr.inference.tiling import plan_axis
 from sr.request import DEFAULT_TILE_OVERLAP
@@ -58,7 +58,7 @@ class TileRow:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated model names")
     p.add_argument("--precision", default=",".join(PRECISIONS), help="bf16 and/or fp32 (default both)")
-    p.add_argument("--tiles", type=_int_list, default=[128, 192, 256, 384, 512], help="LR tile sides")
+    p.add_argument("--tiles", type=int_list, default=[128, 192, 256, 384, 512], help="LR tile sides")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians (default 5)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="process CPU time or wall time")

@@ -229,9 +229,9 @@ StateKey = tuple
 
 
 def _state(key: StateKey) -> Mapping[str, torch.Tensor]:
-    """The tensors ``key`` names: a file's, read now, or a blend's (cached by :func:`_blended_state`)."""
+    """The tensors ``key`` names: a file's, read now, or a blend's (cached by :func:`blended_state`)."""
     if isinstance(key[0], tuple):
-        return _blended_state(*key)
+        return blended_state(*key)
     try:
         return load_file(key[0])
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
@@ -239,7 +239,7 @@ def _state(key: StateKey) -> Mapping[str, torch.Tensor]:
 
 
 @lru_cache(maxsize=BLEND_CACHE_SIZE)
-def _blended_state(base: StateKey, other: StateKey, amount: float) -> dict:
+def blended_state(base: StateKey, other: StateKey, amount: float) -> dict:
     return blend_state_dicts(_state(base), _state(other), amount)
 
 
@@ -265,7 +265,7 @@ def _blended(key: StateKey, files: list[ModelDescriptor], desc: ModelDescriptor,
             raise WeightsError(f"cannot blend {files[0].name} and {other.name}: their architectures differ")
     paths = [str(f.path) for f in files]
     try:
-        state = _blended_state(*key)
+        state = blended_state(*key)
     except WeightsError as e:
         raise WeightsError(f"{' / '.join(paths)}: {e}") from None
     except (OSError, ValueError) as e:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import subprocess
 import sys
 import types
 
 import pytest
 
-from sr import cli
 from sr.cli import COMMANDS, CLIError, main
 
 
@@ -36,11 +37,24 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_every_command_has_a_module(name: str) -> None:
+def test_every_command_has_a_module(name: str, capsys: pytest.CaptureFixture,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
     module = importlib.import_module(f"sr.commands.{COMMANDS[name][0]}")
     assert callable(module.add_arguments) and callable(module.run)
     parser = argparse.ArgumentParser()
     module.add_arguments(parser)  # arguments register without clashes
+    own = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+    assert own, "add_arguments registered nothing"
+    # ... and `sr NAME --help`, through the dispatcher, shows that module's arguments
+    monkeypatch.setattr("sr.cli.prepare_environment", lambda command: None)  # leave os.environ be
+    with pytest.raises(SystemExit) as exit_info:
+        main([name, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: sr {name} ") and COMMANDS[name][1] in " ".join(out.split()), out
+    shown = [a.option_strings[0] if a.option_strings else a.metavar or a.dest
+             for a in own if a.help != argparse.SUPPRESS]
+    assert [flag for flag in shown if flag not in out] == []
 
 
 def test_dispatch_passes_arguments_and_exit_code(fake: types.ModuleType) -> None:
@@ -110,11 +124,20 @@ def test_argument_errors_are_one_line_and_import_no_torch(argv: list[str]) -> No
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("sr"), proc.stderr
 
 
-def test_parser_lists_every_command() -> None:
-    sys.argv = ["sr"]  # no --help: modules are not imported, only named
-    parser = cli.build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) == set(COMMANDS)
+def test_top_level_help_lists_every_command_and_imports_none() -> None:
+    """`sr --help` names each command with its help line; the modules are not imported, only named
+    (nor torch): a fresh interpreter, since this one has imported them all already."""
+    code = ("import sys; from sr.cli import main\n"
+            "try:\n    main(['--help'])\n"
+            "except SystemExit:\n"
+            "    loaded = [m for m in sys.modules if m.startswith(('sr.commands.', 'torch'))]\n"
+            "    print(sorted(loaded), file=sys.stderr)\n")
+    env = {**os.environ, "COLUMNS": "300"}  # one line per command
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and proc.stderr == "[]\n", proc.stderr
+    for name, (_module, help_text) in COMMANDS.items():
+        line = rf"^ +{name} +{re.escape(help_text)}$"
+        assert re.search(line, proc.stdout, re.MULTILINE), (name, proc.stdout)
 
 
 def test_version_is_the_package_version(capsys: pytest.CaptureFixture) -> None:

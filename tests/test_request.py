@@ -61,21 +61,28 @@ def test_validation_speaks_the_callers_names(fields: dict, message: str) -> None
 
 def test_formats_by_either_name_or_same_are_valid() -> None:
     for fmt in ("png", "jpg", "jpeg", "webp", "same"):
-        assert UpscaleRequest(format=fmt).validate()
+        req = UpscaleRequest(format=fmt)
+        assert req.validate() is req, fmt  # the request itself, as given, when every value is usable
 
 
 def test_denoise_goes_with_photo_and_auto_only() -> None:
     for model in ("photo", "photo-x2", "photo-x4", "auto"):
-        assert takes_denoise(model) and UpscaleRequest(model=model, denoise=0.3).validate()
+        req = UpscaleRequest(model=model, denoise=0.3)
+        assert takes_denoise(model) and req.validate() is req, model
     for model in ("asa-base", "photo-x7", "photos", "w/photo.safetensors", "photo.safetensors"):
         assert not takes_denoise(model)
+        with pytest.raises(RequestError, match="denoise applies only to the models photo and auto"):
+            UpscaleRequest(model=model, denoise=0.3).validate()
 
 
 def test_look_goes_with_photo_and_auto_only_and_parses_text() -> None:
     for model in ("photo", "photo-x2", "auto"):
-        assert takes_look(model) and UpscaleRequest(model=model, look=0.5, denoise=0.3).validate()
+        req = UpscaleRequest(model=model, look=0.5, denoise=0.3)
+        assert takes_look(model) and req.validate() is req, model
     for model in ("asa-base", "photo-natural", "photo-natural-x2", "w/photo.safetensors"):
         assert not takes_look(model)
+        with pytest.raises(RequestError, match="look applies only to the models photo and auto"):
+            UpscaleRequest(model=model, look=0.5).validate()
     assert UpscaleRequest(model="photo").look is None  # not given: photo as trained
     assert parse_look(" 0.25 ") == 0.25 and parse_look(0) == 0.0 and parse_look(1) == 1.0
     for bad in ("nan", "inf", "-0.5", "", None, [0.5]):

@@ -238,7 +238,7 @@ def _write(row: dict[str, Any], opts: BatchOptions) -> dict[str, Any]:
             "choice": written.choice}
 
 
-def _visible(inputs: list[str], outdir: str) -> tuple[str, str]:
+def visible(inputs: list[str], outdir: str) -> tuple[str, str]:
     """On one node: (its address, "" or the first path it cannot use)."""
     import ray
 
@@ -371,7 +371,7 @@ class Executor:
         folders = {}
         for job in self.todo:  # one input per folder: a mount missing on a node shows in each
             folders.setdefault(job.src.absolute().parent, str(job.src.absolute()))
-        probe = ray.remote(num_cpus=0, max_retries=0)(_visible)
+        probe = ray.remote(num_cpus=0, max_retries=0)(visible)
         refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                 .remote(sorted(folders.values()), str(self.outdir))
                 for n in ray.nodes() if n.get("Alive")]

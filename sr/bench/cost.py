@@ -66,7 +66,7 @@ class CostRow:
     attention_blocks: int
 
 
-def _int_list(text: str) -> list[int]:
+def int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
@@ -81,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated model names with a scale (default {','.join(DEFAULT_MODELS)})")
     p.add_argument("--precision", default=",".join(PRECISIONS),
                    help="comma-separated precisions, bf16 and/or fp32 (default both)")
-    p.add_argument("--tiles", type=_int_list, default=[256, 512],
+    p.add_argument("--tiles", type=int_list, default=[256, 512],
                    help="square LR tile sides, e.g. 256,512 (default those)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds; medians (default 5)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1; 0 = torch's choice)")

@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # --- payloads ---------------------------------------------------------------------------------
 
-def _image_bytes(size: int, fmt: str, seed: int) -> bytes:
+def image_bytes(size: int, fmt: str, seed: int) -> bytes:
     import numpy as np
     from PIL import Image
 
@@ -123,7 +123,7 @@ def iccp_bomb_png(chunks: int = 1200, inflated: int = 16 * 2**20) -> bytes:
 
 def payloads(size: int) -> dict[str, tuple[str, bytes, dict[str, str], int]]:
     """kind -> (file name, bytes, form fields, expected status)."""
-    png, jpg = _image_bytes(size, "PNG", 1), _image_bytes(size, "JPEG", 2)
+    png, jpg = image_bytes(size, "PNG", 1), image_bytes(size, "JPEG", 2)
     return {
         "png": ("bench.png", png, {"format": "png"}, 200),
         "jpg": ("bench.jpg", jpg, {"format": "same"}, 200),
@@ -145,7 +145,7 @@ def hostile_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int | tupl
         Image.new("RGB", (w, h), (90, 120, 150)).save(buf, format="PNG")  # a few KB whatever the size
         return buf.getvalue()
 
-    small_jpeg = _image_bytes(64, "JPEG", 3)
+    small_jpeg = image_bytes(64, "JPEG", 3)
     sof = small_jpeg.index(b"\xff\xc0")
     forged = small_jpeg[: sof + 5] + (4000).to_bytes(2, "big") * 2 + small_jpeg[sof + 9 :]  # claims 4000x4000
     return {
@@ -198,7 +198,7 @@ def issue54_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int]]:
         "B-itxt": ("b.png", small[:33] + itxt * 3 + small[33:], {}, 422),
         "C-late-exif": ("c.png", strip[:-12] + chunk(b"eXIf", exif.tobytes()[6:]) + strip[-12:],
                         {"width": "2100"}, 422),
-        "E-fill-jpeg": ("e.jpg", b"\xff\xd8" + b"\xff" * big + _image_bytes(64, "JPEG", 4)[2:], {}, 422),
+        "E-fill-jpeg": ("e.jpg", b"\xff\xd8" + b"\xff" * big + image_bytes(64, "JPEG", 4)[2:], {}, 422),
         "E-tiff-chain": ("e.tif", tiff, {}, 415),
         "E-rle8-bmp": ("e.bmp", bmp, {}, 422),
         "G-preview": ("g.png", rgba16_png(4096), {}, 200),
@@ -399,9 +399,9 @@ def wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> None:
 
 # --- load -------------------------------------------------------------------------------------
 
-async def _load(base: str, kinds: Iterable[str], bodies: dict, concurrency: int, max_seconds: float,
-                retry: bool = False, max_retries: int = 20,
-                raw: dict[str, tuple[bytes, int]] | None = None) -> list[tuple]:
+async def run_load(base: str, kinds: Iterable[str], bodies: dict, concurrency: int, max_seconds: float,
+                   retry: bool = False, max_retries: int = 20,
+                   raw: dict[str, tuple[bytes, int]] | None = None) -> list[tuple]:
     """[(kind, final status, seconds from first send to final answer, resends, seconds waited)].
 
     ``kinds`` may be endless (the soak): the clients stop at ``max_seconds``. ``raw`` kinds are sent
@@ -579,7 +579,7 @@ def run(args: argparse.Namespace) -> int:
             # (multi-MB uploads leave ~50 MB in the allocator's per-thread arenas, then no more);
             # growth after that would be a leak.
             warm = soak_kinds() * args.concurrency if soak else ["png", "jpg"] * args.concurrency
-            asyncio.run(_load(base, warm, bodies, args.concurrency, 180, retry=True, raw=raw))
+            asyncio.run(run_load(base, warm, bodies, args.concurrency, 180, retry=True, raw=raw))
             rss_base = rss_bytes(proc.pid)
             tree_base, cpu_base = tree_rss_bytes(proc.pid), tree_cpu_seconds(proc.pid)
             sampler = RssSampler(proc.pid, every=1.0 if soak else 0.1, tree=soak)
@@ -588,8 +588,8 @@ def run(args: argparse.Namespace) -> int:
                                     else schedule(args.requests, args.invalid))
             seconds = args.soak * 60 if soak else args.max_seconds
             t0 = time.perf_counter()
-            results = asyncio.run(_load(base, kinds, bodies, args.concurrency, seconds,
-                                        retry=args.retry, max_retries=args.max_retries, raw=raw))
+            results = asyncio.run(run_load(base, kinds, bodies, args.concurrency, seconds,
+                                           retry=args.retry, max_retries=args.max_retries, raw=raw))
             elapsed = time.perf_counter() - t0
             rss = sampler.stop()
             cpu_end = tree_cpu_seconds(proc.pid)

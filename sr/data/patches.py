@@ -45,7 +45,7 @@ def find_images(folders: Sequence[str | Path]) -> list[Path]:
 DECODE_VERSION = 2
 
 
-def _cache_key(path: Path, tag: str, decode: int = 1) -> str:
+def cache_key(path: Path, tag: str, decode: int = 1) -> str:
     st = path.stat()
     ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{tag}"
     if decode != 1:  # version 1 keys are the keys written before versions existed
@@ -67,7 +67,7 @@ def _decode_version(path: Path, full: np.ndarray) -> int:
     return 1 if old.shape == full.shape and np.array_equal(old, full) else DECODE_VERSION
 
 
-def _cached(cache: Path | None, key: str, make: Callable[[], np.ndarray]) -> np.ndarray:
+def cached(cache: Path | None, key: str, make: Callable[[], np.ndarray]) -> np.ndarray:
     """``make()``, or its result from ``cache/<key>.npy`` (written atomically on a miss)."""
     if cache is None:
         return make()
@@ -118,13 +118,13 @@ def build_pairs(
             if f == 1.0:
                 hr, tag = modcrop(full, scale), f"x{scale}"  # the plain copy keeps its pre-rescale key
             else:
-                key = _cache_key(path, f"r{f:g}", version)
-                hr = modcrop(_cached(cache, key, partial(imresize, full, f)), scale)
+                key = cache_key(path, f"r{f:g}", version)
+                hr = modcrop(cached(cache, key, partial(imresize, full, f)), scale)
                 tag = f"x{scale}r{f:g}"
             if min(hr.shape[:2]) < lr_patch * scale:
                 skipped += 1
                 continue
-            lr = _cached(cache, _cache_key(path, tag, version), partial(imresize, hr, 1 / scale))
+            lr = cached(cache, cache_key(path, tag, version), partial(imresize, hr, 1 / scale))
             pairs.append((np.ascontiguousarray(hr), np.ascontiguousarray(lr)))
     if not pairs:
         raise ValueError(f"every training image is smaller than the HR patch ({lr_patch * scale} px)")

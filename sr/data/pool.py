@@ -21,7 +21,7 @@ import numpy as np
 from ..io import read_array
 from ..resize import modcrop
 from .degrade import DegradeConfig, degrade
-from .patches import _cached, find_images
+from .patches import cached, find_images
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def build_pool(
         flags = clean[:, None].astype(np.uint8)
         return np.concatenate([hr.reshape(size, -1), lr.reshape(size, -1), flags], axis=1)
 
-    flat = _cached(cache, _pool_key(paths, scale, patch, size, seed, cfg), make)
+    flat = cached(cache, _pool_key(paths, scale, patch, size, seed, cfg), make)
     hs, ls = (patch * scale) ** 2 * 3, patch * patch * 3
     hr = flat[:, :hs].reshape(size, patch * scale, patch * scale, 3)
     lr = flat[:, hs : hs + ls].reshape(size, patch, patch, 3)

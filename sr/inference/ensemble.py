@@ -17,12 +17,14 @@ TRANSFORMS: tuple[tuple[int, bool], ...] = tuple((r, f) for r in range(4) for f 
 MapFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
 
 
-def _forward(x: torch.Tensor, turns: int, flip: bool) -> torch.Tensor:
+def forward_view(x: torch.Tensor, turns: int, flip: bool) -> torch.Tensor:
+    """One of the 8 dihedral views of x (..., H, W): rotated ``turns`` quarter turns, then flipped."""
     x = torch.rot90(x, turns, dims=(-2, -1)) if turns else x
     return x.flip(-1) if flip else x
 
 
-def _inverse(y: torch.Tensor, turns: int, flip: bool) -> torch.Tensor:
+def inverse_view(y: torch.Tensor, turns: int, flip: bool) -> torch.Tensor:
+    """:func:`forward_view` undone."""
     y = y.flip(-1) if flip else y
     return torch.rot90(y, -turns, dims=(-2, -1)) if turns else y
 
@@ -36,11 +38,11 @@ def self_ensemble(fn: MapFn, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     out_sum: torch.Tensor | None = None
     map_sum: torch.Tensor | None = None
     for turns, flip in TRANSFORMS:
-        y, extra = fn(_forward(x, turns, flip))
-        y = _inverse(y.float(), turns, flip)
+        y, extra = fn(forward_view(x, turns, flip))
+        y = inverse_view(y.float(), turns, flip)
         out_sum = y if out_sum is None else out_sum + y
         if extra is not None:
-            extra = _inverse(extra.float(), turns, flip)
+            extra = inverse_view(extra.float(), turns, flip)
             map_sum = extra if map_sum is None else map_sum + extra
     assert out_sum is not None
     n = len(TRANSFORMS)

@@ -86,10 +86,10 @@ def compression_of(source: Source | None, image: Any = None) -> Compression | No
     if isinstance(source, Compression):
         return source
     if source is not None:
-        from ..io.decode import _quiet_pillow  # Pillow's warnings stay quiet here too, as when decoding
+        from ..io.decode import quiet_pillow  # Pillow's warnings stay quiet here too, as when decoding
 
         try:
-            with _quiet_pillow():
+            with quiet_pillow():
                 return inspect_compression(source)
         except Exception:  # noqa: BLE001 - unreadable here (the decoder reports why): use the format
             pass

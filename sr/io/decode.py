@@ -74,7 +74,7 @@ class _PillowSettings:
 
 
 # Pillow warnings never leak; its decompression-bomb warning becomes an exception.
-_quiet_pillow = _PillowSettings()
+quiet_pillow = _PillowSettings()
 
 
 def read_image(
@@ -90,7 +90,7 @@ def read_image(
     if not data:
         raise ImageDecodeError("empty file (0 bytes)", path)
     check_decode_cost(data, path)
-    with _quiet_pillow(), _decoding(path):
+    with quiet_pillow(), _decoding(path):
         return _decode(data, path, max_pixels)
 
 
@@ -115,7 +115,7 @@ def read_size(
     if not data:
         raise ImageDecodeError("empty file (0 bytes)", path)
     check_decode_cost(data, path)
-    with _quiet_pillow(), _decoding(path):
+    with quiet_pillow(), _decoding(path):
         im = _open(data)
         _check_pixels(*im.size, max_pixels, path)
         w, h = im.size

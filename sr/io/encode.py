@@ -9,7 +9,7 @@ import numpy as np
 from PIL import Image
 
 from .atomic import _TempCreateError, atomic_write
-from .decode import _quiet_pillow
+from .decode import quiet_pillow
 from .errors import ImageEncodeError, ImageWriteError
 from .formats import FORMATS, format_from_path, normalize_format
 from .image import DecodedImage, quantize, to_float
@@ -50,7 +50,7 @@ def encode_image(img: DecodedImage, format: str = "png", quality: int = 95) -> b
     else:
         options.update(compress_level=PNG_COMPRESS_LEVEL)
     buf = io.BytesIO()
-    with _quiet_pillow():
+    with quiet_pillow():
         try:
             pil.save(buf, format=FORMATS[fmt].pil_name, **options)
         except (OSError, ValueError) as e:

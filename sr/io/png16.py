@@ -92,10 +92,10 @@ def _predict(filter_type: int, left: np.ndarray, up: np.ndarray, up_left: np.nda
         return up
     if filter_type == 3:
         return (left >> 1) + (up >> 1) + (left & up & 1)  # floor((a + b) / 2) without uint8 overflow
-    return _paeth(left, up, up_left)
+    return paeth(left, up, up_left)
 
 
-def _paeth(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+def paeth(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Paeth predictor of uint8 arrays (left, up, up-left); the distances need signed arithmetic."""
     c16 = c.astype(np.int16)
     pa = b.astype(np.int16) - c16  # |p - a| with p = a + b - c

@@ -261,11 +261,11 @@ def test_bench_upscale_ray_compares_local_and_ray_side_by_side(tmp_path, tiny_x2
 def test_the_worker_path_check_names_what_a_node_cannot_use(tmp_path):
     """What check_workers' task returns on a node without the shared filesystem (run here directly)."""
     pytest.importorskip("ray", reason="the cluster extra: pip install -e '.[cluster]'")
-    from sr.batch.cluster import _visible
+    from sr.batch.cluster import visible
 
     image = save(tmp_path / "in" / "x.png", photo(6, 6))
-    assert _visible([str(image)], str(tmp_path))[1] == ""
-    assert _visible([str(image), str(tmp_path / "gone.png")], str(tmp_path))[1] == (
+    assert visible([str(image)], str(tmp_path))[1] == ""
+    assert visible([str(image), str(tmp_path / "gone.png")], str(tmp_path))[1] == (
         f"cannot see the input {tmp_path / 'gone.png'}")
-    problem = _visible([str(image)], str(tmp_path / "no-such-folder"))[1]
+    problem = visible([str(image)], str(tmp_path / "no-such-folder"))[1]
     assert problem.startswith(f"cannot write to the output folder {tmp_path / 'no-such-folder'} (")

@@ -179,7 +179,7 @@ def test_training_decodes_as_evaluation_and_inference_do(tmp_path):
 
 
 def test_cache_entries_of_the_old_decode_are_reused_only_where_its_pixels_were_the_same(tmp_path):
-    from sr.data.patches import DECODE_VERSION, _cache_key
+    from sr.data.patches import DECODE_VERSION, cache_key
 
     hr_dir, cache = tmp_path / "hr", tmp_path / "cache"
     hr_dir.mkdir()
@@ -189,9 +189,9 @@ def test_cache_entries_of_the_old_decode_are_reused_only_where_its_pixels_were_t
     # entries as the old loader keyed them (no version), poisoned: read back only where still valid
     cache.mkdir()
     for name in ("plain.png", "deep.png"):
-        np.save(cache / f"{_cache_key(hr_dir / name, 'x2')}.npy", np.full((16, 16, 3), 7, np.uint8))
+        np.save(cache / f"{cache_key(hr_dir / name, 'x2')}.npy", np.full((16, 16, 3), 7, np.uint8))
     pairs, _ = build_pairs([hr_dir], 2, 4, cache)
     by_max = sorted(pairs, key=lambda p: int(p[1].max()))
     assert int(by_max[0][1].max()) == 7  # plain.png: the old entry reused (no recomputation)
     assert int(by_max[1][1].max()) > 7  # deep.png: its old (clipped) entry is not read
-    assert (cache / f"{_cache_key(hr_dir / 'deep.png', 'x2', DECODE_VERSION)}.npy").is_file()
+    assert (cache / f"{cache_key(hr_dir / 'deep.png', 'x2', DECODE_VERSION)}.npy").is_file()

@@ -22,8 +22,19 @@ def test_cuda_without_a_gpu_is_a_clear_error():
     assert resolve_device("auto").type in ("cpu", "mps")
 
 
-def test_cpu_inference_stays_fp32():
-    assert pick_dtype(torch.device("cpu")) == torch.float32
+@pytest.mark.parametrize("device, bf16_supported, dtype", [
+    ("cuda", True, torch.bfloat16),
+    ("cuda", False, torch.float16),
+    ("cuda:1", True, torch.bfloat16),
+    ("mps", False, torch.float16),
+    ("cpu", True, torch.float32),
+])
+def test_pick_dtype_is_bf16_on_cuda_where_supported_else_fp16_on_a_gpu_and_fp32_on_cpu(
+        monkeypatch, device, bf16_supported, dtype):
+    # The GPU default --precision auto keeps (sr.inference.precision decides the CPU's on its own);
+    # the CUDA check is faked so that every branch runs on any machine.
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16_supported)
+    assert pick_dtype(torch.device(device)) == dtype
 
 
 def test_configure_threads_sets_torch_and_rejects_zero():

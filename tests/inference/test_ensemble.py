@@ -5,15 +5,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sr.inference.ensemble import TRANSFORMS, _forward, _inverse, self_ensemble
+from sr.inference.ensemble import TRANSFORMS, forward_view, inverse_view, self_ensemble
 
 
 def test_the_eight_transforms_are_distinct_and_invertible():
     x = torch.arange(2 * 3 * 5 * 7, dtype=torch.float32).view(2, 3, 5, 7)
-    views = [_forward(x, t, f) for t, f in TRANSFORMS]
+    views = [forward_view(x, t, f) for t, f in TRANSFORMS]
     assert len({tuple(v.flatten().tolist()) for v in views}) == 8
     for (t, f), v in zip(TRANSFORMS, views, strict=True):
-        assert torch.equal(_inverse(v, t, f), x)
+        assert torch.equal(inverse_view(v, t, f), x)
 
 
 def test_an_equivariant_map_is_unchanged_and_its_side_map_lines_up():
@@ -35,7 +35,7 @@ def test_a_position_dependent_map_is_averaged_over_the_views():
 
     y, side = self_ensemble(add_column_ramp, x)
     assert side is None
-    manual = sum(_inverse(add_column_ramp(_forward(x, t, f))[0], t, f) for t, f in TRANSFORMS) / 8
+    manual = sum(inverse_view(add_column_ramp(forward_view(x, t, f))[0], t, f) for t, f in TRANSFORMS) / 8
     torch.testing.assert_close(y, manual)
     # Averaged over flips and turns, the ramp becomes symmetric: the same at mirrored pixels.
     torch.testing.assert_close(y, y.flip(-1))

@@ -51,16 +51,16 @@ def _state(folder: Path, name: str) -> dict[str, torch.Tensor]:
 
 
 def test_look_ends_are_photo_and_photo_natural_exactly_and_between_is_neither(folder) -> None:
-    from sr.weights import _blended_state
+    from sr.weights import blended_state
 
     img = read_image(_encoded("PNG"))
     photo = _engine(folder, PHOTO_MODEL).upscale(img)
     natural = _engine(folder, NATURAL_MODEL).upscale(img)  # photo-natural is a family of its own
     assert natural.model == "photo-natural-x2"
     assert not np.array_equal(photo.image.pixels, natural.image.pixels)
-    misses = _blended_state.cache_info().misses
+    misses = blended_state.cache_info().misses
     at0 = _engine(folder, PHOTO_MODEL, look=0).upscale(img)
-    assert _blended_state.cache_info().misses == misses  # look 0 blends nothing: photo's own file
+    assert blended_state.cache_info().misses == misses  # look 0 blends nothing: photo's own file
     assert at0.model == "photo-x2" and at0.image.pixels.tobytes() == photo.image.pixels.tobytes()
     at1 = _engine(folder, PHOTO_MODEL, look=1).upscale(img)
     np.testing.assert_array_equal(at1.image.pixels, natural.image.pixels)
@@ -88,14 +88,14 @@ def test_half_look_weights_are_the_mean_and_compose_under_denoise(folder) -> Non
 
 
 def test_load_look_is_cached_per_files_and_look(folder) -> None:
-    from sr.weights import _blended_state
+    from sr.weights import blended_state
 
     photo, natural = folder / f"{PHOTO_MODEL}-x2.safetensors", folder / f"{NATURAL_MODEL}-x2.safetensors"
     first = load_look(photo, natural, 0.3)
     assert first.name == "photo-x2@look=0.3" and json.loads(first.meta["look"])["amount"] == 0.3
-    hits = _blended_state.cache_info().hits
+    hits = blended_state.cache_info().hits
     load_look(photo, natural, 0.3)
-    assert _blended_state.cache_info().hits == hits + 1
+    assert blended_state.cache_info().hits == hits + 1
     with pytest.raises(ValueError, match=r"look must be a number in \[0, 1\]"):
         load_look(photo, natural, 1.5)
 

@@ -115,11 +115,11 @@ def test_half_blend_weights_are_the_mean_and_are_cached(folder) -> None:
     engine_net = _engine(folder, PHOTO_MODEL, denoise=0.5).network(2)
     for key, value in engine_net.state_dict().items():
         torch.testing.assert_close(value, got[key], rtol=0, atol=0)
-    from sr.weights import _blended_state
+    from sr.weights import blended_state
 
-    hits = _blended_state.cache_info().hits
+    hits = blended_state.cache_info().hits
     load_blend(base, photo, 0.5)  # the same files and strength: computed once
-    assert _blended_state.cache_info().hits == hits + 1
+    assert blended_state.cache_info().hits == hits + 1
     ends = blend_state_dicts(a, b, 0), blend_state_dicts(a, b, 1)
     assert all(ends[0][k].equal(a[k]) and ends[1][k].equal(b[k]) for k in a)
 

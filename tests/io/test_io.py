@@ -715,7 +715,7 @@ def test_write_into_missing_folder_or_onto_folder(tmp_path):
 
 
 def test_paeth_predictor_matches_png_spec():
-    from sr.io.png16 import _paeth
+    from sr.io.png16 import paeth
 
     def spec(a: int, b: int, c: int) -> int:  # PNG specification, section 9.4
         p = a + b - c
@@ -725,7 +725,7 @@ def test_paeth_predictor_matches_png_spec():
     v = np.arange(0, 256, 15, dtype=np.uint8)
     a, b, c = (g.ravel() for g in np.meshgrid(v, v, v, indexing="ij"))
     expected = [spec(int(x), int(y), int(z)) for x, y, z in zip(a, b, c, strict=True)]
-    np.testing.assert_array_equal(_paeth(a, b, c), expected)
+    np.testing.assert_array_equal(paeth(a, b, c), expected)
 
 
 # ------------------------------------------------------------------------ atomic_write, FORMATS table
@@ -771,7 +771,7 @@ def test_every_file_writer_goes_through_atomic_write(tmp_path, monkeypatch):
     import torch
 
     import sr.io
-    from sr.data.patches import _cached
+    from sr.data.patches import cached
     from sr.models import NetConfig, SRNet
     from sr.train.loop import atomic_save
     from sr.weights import load_weights, save_weights
@@ -789,11 +789,11 @@ def test_every_file_writer_goes_through_atomic_write(tmp_path, monkeypatch):
     net = SRNet(NetConfig(scale=2, channels=8, blocks=1, attention="none"))
     save_weights(net, tmp_path / "w.safetensors")
     atomic_save({"step": 1}, tmp_path / "ckpt.pt")
-    _cached(tmp_path, "key", lambda: np.arange(4))
+    cached(tmp_path, "key", lambda: np.arange(4))
     assert written == ["img.png", "w.safetensors", "ckpt.pt", "key.npy"]
     assert load_weights(tmp_path / "w.safetensors")[0].scale == 2
     assert torch.load(tmp_path / "ckpt.pt") == {"step": 1}
-    np.testing.assert_array_equal(_cached(tmp_path, "key", lambda: None), np.arange(4))
+    np.testing.assert_array_equal(cached(tmp_path, "key", lambda: None), np.arange(4))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
@@ -896,13 +896,13 @@ def test_a_header_read_does_not_wait_for_another_threads_decode():
     import threading
     import warnings
 
-    from sr.io.decode import _quiet_pillow
+    from sr.io.decode import quiet_pillow
 
     filters = list(warnings.filters)
     inside, release, sizes = threading.Event(), threading.Event(), []
 
     def long_decode() -> None:  # holds Pillow's settings as a slow decode would
-        with _quiet_pillow():
+        with quiet_pillow():
             inside.set()
             release.wait(10)
 
@@ -1020,11 +1020,11 @@ def test_jpeg_padding_between_segments_is_walked_in_linear_time_and_bounded() ->
     # through the fill in Python (14 s); the walk's regex backtracked over it (26 s).
     import time
 
-    from sr.bench.serve import _image_bytes
+    from sr.bench.serve import image_bytes
     from sr.io import DecodeLimitError, check_decode_cost
     from sr.io.guards import MAX_JPEG_PADDING
 
-    small = _image_bytes(64, "JPEG", 4)
+    small = image_bytes(64, "JPEG", 4)
     t0 = time.perf_counter()
     with pytest.raises(DecodeLimitError, match="19,922,944 bytes of padding"):
         check_decode_cost(b"\xff\xd8" + b"\xff" * (19 * 2**20) + small[2:])

@@ -31,14 +31,18 @@ def test_other_scales(scale):
     assert y.shape == (1, 3, 7 * scale, 9 * scale)
 
 
-def test_untrained_network_is_near_the_nearest_neighbour_upsample():
-    # The image-level skip: output = nearest upsample + a learned residual (small at init).
+@pytest.mark.parametrize("scale", [2, 3, 4])
+def test_the_output_is_the_nearest_neighbour_upsample_plus_the_learned_residual(scale):
+    # The image-level skip: output = nearest upsample + the upsampling conv's residual, so with that
+    # conv zeroed (no residual) the output is the nearest-neighbour upsample, bit for bit.
     torch.manual_seed(0)
-    model = build_model("asa-small-x2").eval()
+    model = build_model(f"asa-small-x{scale}").eval()
     x = torch.rand(1, 3, 12, 10)
     with torch.no_grad():
+        model.upsample.weight.zero_()
+        model.upsample.bias.zero_()
         y = model(x)
-    assert (y - F.interpolate(x, scale_factor=2, mode="nearest")).abs().mean() < 0.5
+    assert torch.equal(y, F.interpolate(x, scale_factor=scale, mode="nearest"))
 
 
 @pytest.mark.parametrize("kind", ATTENTION_KINDS)

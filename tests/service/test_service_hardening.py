@@ -429,13 +429,13 @@ def test_docs_use_only_local_assets_which_are_served(make_client) -> None:
 # --- 9. the load test's client ------------------------------------------------------------------
 
 def test_bench_client_that_honours_retry_after_gets_every_request_through(make_server) -> None:
-    from sr.bench.serve import _load, payloads, retry_delay
+    from sr.bench.serve import payloads, retry_delay, run_load
 
     base = make_server(workers=1, max_queue=0)  # no queue: concurrent clients collide
     bodies, kinds = payloads(32), ["png"] * 6
-    plain = asyncio.run(_load(base, kinds, bodies, 3, 60))
+    plain = asyncio.run(run_load(base, kinds, bodies, 3, 60))
     assert 503 in [r[1] for r in plain]
-    polite = asyncio.run(_load(base, kinds, bodies, 3, 60, retry=True))
+    polite = asyncio.run(run_load(base, kinds, bodies, 3, 60, retry=True))
     assert [r[1] for r in polite] == [200] * 6
     assert sum(r[3] for r in polite) >= 1 and sum(r[4] for r in polite) >= 1  # resent after waiting
     assert [retry_delay(v) for v in ("3", "0.5", None, "soon", "-1")] == [3.0, 0.5, None, None, None]
