@@ -9,6 +9,7 @@ still :mod:`sr.weights`' to check.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from . import AUTO_MODEL
@@ -38,21 +39,43 @@ def unknown_model_message(text: str, folder: Path, known: str) -> str:
             f"(available: {known or 'none'}); pass a .safetensors path to use your own weights")
 
 
+def model_files(
+    model: str | Path, folder: Path, known: Callable[[], str] | None = None,
+) -> tuple[str, Path | dict[int, Path]] | str:
+    """The rule that turns a model into files, by name and path only (no file is opened): (name,
+    path) for a weights file (``model`` itself, which may not exist) or a full name in ``folder``
+    ('asa-base-x2'), (name, {scale: path}) for a family there ('asa-base'), else why nothing
+    answers. ``known`` lists the folder's models for that message (default: its files' stems)."""
+    text = str(model)
+    as_path = Path(text).expanduser()
+    if isinstance(model, Path) or text.endswith(".safetensors") or as_path.is_file():
+        return as_path.stem, as_path
+    if not text or "/" in text or "\\" in text:
+        return f"unknown model {text!r}: not a weights file"
+    single = folder / f"{text}.safetensors"
+    if single.is_file():
+        return text, single
+    family = {s: folder / f"{text}-x{s}.safetensors" for s in SCALES}
+    family = {s: path for s, path in family.items() if path.is_file()}
+    if family:
+        return text, family
+    if known is None:
+        listed = ", ".join(sorted(p.stem for p in folder.glob("*.safetensors"))) if folder.is_dir() else ""
+    else:
+        listed = known()
+    return unknown_model_message(text, folder, listed)
+
+
 def missing_model(model: str | Path, folder: Path | None = None) -> str | None:
     """Why no file answers to ``model`` (as :func:`sr.weights.find_models` would say it), or None
     when one may: ``auto``, an existing file, or a name with a file in ``folder`` (default:
     :func:`weights_folder`). Names and paths only; no file is opened."""
-    text = str(model)
-    if text == AUTO_MODEL:
+    if str(model) == AUTO_MODEL:
         return None
-    path = Path(text).expanduser()
-    if isinstance(model, Path) or text.endswith(".safetensors") or path.is_file():
-        return None if path.is_file() else f"weights file not found: {path}"
-    if not text or "/" in text or "\\" in text:
-        return f"unknown model {text!r}: not a weights file"
-    folder = folder if folder is not None else weights_folder()
-    names = [f"{text}.safetensors", *(f"{text}-x{s}.safetensors" for s in SCALES)]
-    if any((folder / name).is_file() for name in names):
-        return None
-    known = ", ".join(sorted(p.stem for p in folder.glob("*.safetensors"))) if folder.is_dir() else ""
-    return unknown_model_message(text, folder, known)
+    found = model_files(model, folder if folder is not None else weights_folder())
+    if isinstance(found, str):
+        return found
+    files = found[1]
+    if isinstance(files, Path) and not files.is_file():
+        return f"weights file not found: {files}"
+    return None

@@ -29,8 +29,8 @@ from safetensors.torch import save as safetensors_save
 from .descriptor import SCALES, ModelDescriptor
 from .io import atomic_write
 from .models import NetConfig, SRNet, count_params
+from .shipped import model_files
 from .shipped import shipped_weights_dir as shipped_weights_dir  # torch-free (sr.shipped), kept here too
-from .shipped import unknown_model_message
 
 FORMAT = "sr-weights-v1"
 
@@ -148,27 +148,18 @@ def find_models(
     """(name, {scale: descriptor}) for a weights file, a full name in ``weights_dir`` ('asa-base-x2')
     or a family there ('asa-base': every <family>-x{2,3,4}.safetensors). Metadata only."""
     folder = Path(weights_dir) if weights_dir is not None else WEIGHTS_DIR
-    text = str(model)
-    as_path = Path(text).expanduser()
-    if isinstance(model, Path) or text.endswith(".safetensors") or as_path.is_file():
-        desc = describe(as_path)
-        return as_path.stem, {desc.scale: desc}
-    if not text or "/" in text or "\\" in text:
-        raise WeightsError(f"unknown model {text!r}: not a weights file")
-    single = folder / f"{text}.safetensors"
-    if single.is_file():
-        desc = describe(single)
-        return text, {desc.scale: desc}
-    family = {s: folder / f"{text}-x{s}.safetensors" for s in SCALES}
-    family = {s: p for s, p in family.items() if p.is_file()}
-    if not family:
-        known = ", ".join(d.name for d in catalog(folder))
-        raise WeightsError(unknown_model_message(text, folder, known))
-    found = {s: describe(p) for s, p in family.items()}
-    for s, desc in found.items():
+    found = model_files(model, folder, known=lambda: ", ".join(d.name for d in catalog(folder)))
+    if isinstance(found, str):
+        raise WeightsError(found)
+    name, files = found
+    if isinstance(files, Path):
+        desc = describe(files)
+        return name, {desc.scale: desc}
+    described = {s: describe(p) for s, p in files.items()}
+    for s, desc in described.items():
         if desc.scale != s:
             raise WeightsError(f"{desc.path}: file name says x{s} but its metadata says another scale")
-    return text, found
+    return name, described
 
 
 def catalog(weights_dir: str | Path | None = None) -> list[ModelDescriptor]:
