@@ -96,10 +96,9 @@ def precision_line(up: Upscaler) -> str:
     dtype, why = up.precision_for(scale)  # a large input's
     line = f"precision: {why}"
     if up.dtype_for(scale, 1) != dtype:
-        from ..inference.devices import cpu_bf16_kind
-        from ..inference.precision import BF16_FROM_PIXELS
+        from ..inference.precision import bf16_from_pixels
 
-        start = BF16_FROM_PIXELS[cpu_bf16_kind()] or 0
+        start = bf16_from_pixels() or 0
         line += f"; inputs under {start / 1e6:.2f} MP run fp32 (bf16 measured slower there)"
     return line
 

@@ -152,13 +152,10 @@ def _validation(text: str) -> str:
 
 def _cpu_precision(desc: ModelDescriptor) -> str:
     """What --precision auto runs this file in on this machine's CPU, and why."""
-    import torch
-
-    from ..inference.devices import cpu_bf16_kind
-    from ..inference.precision import BF16_FROM_PIXELS, choose_dtype, record_name
+    from ..inference.precision import bf16_from_pixels, choose_dtype, record_name
 
     dtype, why = choose_dtype("auto", torch.device("cpu"), [record_name(desc)])
-    start = BF16_FROM_PIXELS[cpu_bf16_kind()]
+    start = bf16_from_pixels()
     if dtype == torch.bfloat16 and start:
         why += f" (inputs under {start / 1e6:.2f} MP: fp32)"
     return f"auto here: {why}"

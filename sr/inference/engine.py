@@ -35,8 +35,8 @@ from .devices import DeviceError, available_memory, configure_threads, cpu_bf16_
 from .ensemble import self_ensemble
 from .model_choice import AutoModel, ModelChoice, Source, check_denoise, check_look
 from .precision import (
-    BF16_FROM_PIXELS,
     PrecisionError,
+    bf16_from_pixels,
     choose_dtype,
     parse_precision,
     record_name,
@@ -373,7 +373,7 @@ class Upscaler:
         """Whether an input of ``pixels`` is under the size from which auto's bf16 pays on this CPU."""
         if self.device.type != "cpu" or self.precision != "auto":
             return False
-        return pixels < (BF16_FROM_PIXELS[cpu_bf16_kind()] or 0)
+        return pixels < (bf16_from_pixels() or 0)
 
     def _blend_name(self, desc: ModelDescriptor) -> str:
         """A blend's name, as -v and the service's X-Model show it: photo-x2@denoise=0.5,

@@ -56,6 +56,11 @@ BF16_MEASURED = {
 }
 
 
+def bf16_from_pixels() -> int | None:
+    """The smallest pass input (pixels) from which auto runs bf16 on this CPU; None = never."""
+    return BF16_FROM_PIXELS[cpu_bf16_kind()]
+
+
 class PrecisionError(ValueError):
     """An unknown precision name, or one the device cannot run."""
 
@@ -104,7 +109,7 @@ def choose_dtype(
         dtype = pick_dtype(device)
         return dtype, f"{precision_name(dtype)}: the {device.type} default"
     kind = cpu_bf16_kind()
-    start = BF16_FROM_PIXELS[kind]
+    start = bf16_from_pixels()
     if start is None:
         return torch.float32, f"fp32: {BF16_MEASURED[kind]}"
     names = list(models)
