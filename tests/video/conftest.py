@@ -60,3 +60,23 @@ def make_clip(tmp_path: Path) -> Callable[..., Path]:
         return write_clip(tmp_path / name, **kw)
 
     return make
+
+
+@pytest.fixture
+def interrupt_encoding(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """interrupt_encoding(n): Ctrl-C when a run starts encoding its segment number n (0-based);
+    ``monkeypatch.undo()`` or setting ``encode_segment`` back ends it."""
+    from sr.video import segments as seg
+
+    def arm(segments: int) -> None:
+        real, calls = seg.encode_segment, []
+
+        def encode(*args, **kw):
+            calls.append(args[1])
+            if len(calls) > segments:
+                raise KeyboardInterrupt
+            return real(*args, **kw)
+
+        monkeypatch.setattr(seg, "encode_segment", encode)
+
+    return arm

@@ -81,7 +81,8 @@ def test_frames_option_takes_a_part_from_time_zero(make_clip, tiny_x2, tmp_path)
     assert got["audio"][0] <= Fraction(3, 24) + Fraction(1024, 48000)
 
 
-def test_interrupted_run_resumes_to_the_same_bytes(make_clip, tiny_x2, tmp_path, monkeypatch) -> None:
+def test_interrupted_run_resumes_to_the_same_bytes(make_clip, tiny_x2, tmp_path, monkeypatch,
+                                                   interrupt_encoding) -> None:
     src = make_clip(frames=7)
     opts = _opts(tiny_x2, tmp_path)
     up = make_upscaler(opts)
@@ -89,22 +90,13 @@ def test_interrupted_run_resumes_to_the_same_bytes(make_clip, tiny_x2, tmp_path,
     upscale_video(up, src, whole, opts, segment_frames=2)
 
     resumed = tmp_path / "resumed.mp4"
-    real = seg.encode_segment
-    calls = []
-
-    def crash_on_third(*args, **kw):
-        calls.append(args[1])
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kw)
-
-    monkeypatch.setattr(seg, "encode_segment", crash_on_third)
+    real, calls = seg.encode_segment, []
+    interrupt_encoding(2)  # on the third segment
     with pytest.raises(KeyboardInterrupt):
         upscale_video(up, src, resumed, opts, segment_frames=2)
     assert not resumed.exists()
     kept = sorted(p.name for p in parts_folder(resumed).iterdir())
     assert kept == ["plan.json", "seg-00000.mp4", "seg-00001.mp4"]  # no half-written segment
-    calls.clear()
     monkeypatch.setattr(seg, "encode_segment", lambda *a, **kw: (calls.append(a[1]), real(*a, **kw)))
     upscale_video(up, src, resumed, opts, segment_frames=2)
     assert calls == [4, 6]  # only the missing segments were encoded
@@ -228,27 +220,15 @@ def test_other_output_codecs(codec, make_clip, tiny_x2, tmp_path) -> None:
     assert got["size"] == (128, 96) and got["times"] == want["times"] and got["audio"] == want["audio"]
 
 
-def _crash_after(monkeypatch, segments: int) -> None:
-    """Ctrl-C when the batch starts encoding segment number ``segments`` (0-based) of a run."""
-    real, calls = seg.encode_segment, []
-
-    def encode(*args, **kw):
-        calls.append(args[1])
-        if len(calls) > segments:
-            raise KeyboardInterrupt
-        return real(*args, **kw)
-
-    monkeypatch.setattr(seg, "encode_segment", encode)
-
-
 def test_a_resumed_video_reports_what_it_upscaled_and_what_it_kept(make_clip, tiny_x2, tmp_path,
-                                                                    monkeypatch, capsys) -> None:
+                                                                    monkeypatch, capsys,
+                                                                    interrupt_encoding) -> None:
     monkeypatch.setattr(seg, "SEGMENT_FRAMES", 2)  # segments of 2 frames: 4 for 7 frames
     src = make_clip(frames=7)
     opts = BatchOptions(inputs=(str(src),), output=str(tmp_path / "out"),
                         request=UpscaleRequest(model=str(tiny_x2)), threads=1)
     real = seg.encode_segment
-    _crash_after(monkeypatch, 2)
+    interrupt_encoding(2)
     with pytest.raises(KeyboardInterrupt):
         run_batch(opts)
     err = capsys.readouterr().err
@@ -263,10 +243,10 @@ def test_a_resumed_video_reports_what_it_upscaled_and_what_it_kept(make_clip, ti
     assert "output MP/s over the 3 upscaled; " in line  # its rates: the next test
 
 
-def test_interrupting_a_clip_of_one_segment_says_nothing_is_kept(make_clip, tiny_x2, tmp_path,
-                                                                  monkeypatch, capsys) -> None:
+def test_interrupting_a_clip_of_one_segment_says_nothing_is_kept(make_clip, tiny_x2, tmp_path, capsys,
+                                                                  interrupt_encoding) -> None:
     src = make_clip(frames=5, audio=False)  # shorter than one segment (SEGMENT_FRAMES)
-    _crash_after(monkeypatch, 0)
+    interrupt_encoding(0)
     with pytest.raises(KeyboardInterrupt):
         run_batch(BatchOptions(inputs=(str(src),), output=str(tmp_path / "out"),
                                request=UpscaleRequest(model=str(tiny_x2)), threads=1))

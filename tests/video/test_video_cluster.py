@@ -41,7 +41,7 @@ def test_ray_output_equals_local(make_clip, tiny_x2, tmp_path, local_ray, monkey
 
 @pytest.mark.slow
 def test_ray_resumes_a_local_run_and_reports_the_kept_frames(make_clip, tiny_x2, tmp_path, local_ray,
-                                                             monkeypatch, capsys) -> None:
+                                                             monkeypatch, capsys, interrupt_encoding) -> None:
     monkeypatch.setattr(seg, "SEGMENT_FRAMES", 2)
     src = make_clip(frames=7)
 
@@ -50,15 +50,8 @@ def test_ray_resumes_a_local_run_and_reports_the_kept_frames(make_clip, tiny_x2,
                                       request=UpscaleRequest(model=str(tiny_x2)), threads=1, ray=ray,
                                       ray_actors=1 if ray is not None else None))
 
-    real, calls = seg.encode_segment, []
-
-    def crash_on_third(*args, **kw):
-        calls.append(args[1])
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kw)
-
-    monkeypatch.setattr(seg, "encode_segment", crash_on_third)
+    real = seg.encode_segment
+    interrupt_encoding(2)  # on the third segment
     with pytest.raises(KeyboardInterrupt):
         run(None)
     monkeypatch.setattr(seg, "encode_segment", real)
