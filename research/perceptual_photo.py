@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from sr.evaluation import load_hr, model_upscaler, plan_sets, score_lr
 from sr.evaluation.perceptual import parse_metrics, score_perceptual
+from sr.evaluation.scoring import perceptual_crop
 from sr.models import SRNet
 from sr.weights import blend_state_dicts, load_weights
 
@@ -91,8 +92,7 @@ def evaluate(
     for hr_path, lr_path in plan.pairs[: images or None]:
         hr = load_hr(hr_path)
         p, _, sr = score_lr(hr, load_hr(lr_path), upscale, scale)
-        hr_c = hr[: sr.shape[0], : sr.shape[1]][scale:-scale, scale:-scale]
-        sr_c = sr[scale:-scale, scale:-scale]
+        hr_c, sr_c = perceptual_crop(hr, sr, scale)  # as sr eval --metrics crops
         row = {"psnr": p, **score_perceptual(metrics, hr_c, sr_c)}
         rows.append(row)
         flat = flat_ratio(hr_c, sr_c)
