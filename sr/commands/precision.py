@@ -6,8 +6,9 @@ import argparse
 
 from ..request import PRECISIONS
 
-PRECISION_HELP = ("the network's number type: auto (CPU: bf16 where the CPU has AMX and the model's "
-                  "measured bf16 cost is within 0.01 dB, else fp32; GPU: bf16/fp16), fp32 or bf16")
+PRECISION_HELP = ("the network's number type: auto (CPU: bf16 where it was measured faster on this kind "
+                  "of CPU, AMX or AVX512_BF16, and the model's measured bf16 cost is within 0.01 dB, "
+                  "else fp32; sr info says which; GPU: bf16/fp16), fp32 or bf16")
 
 
 def add_precision_argument(p: argparse.ArgumentParser, default: str | None = "auto", note: str = "") -> None:

@@ -81,6 +81,26 @@ def cpu_flags(path: str | None = None) -> frozenset[str] | None:
     return None
 
 
+def cpu_model(path: str | None = None) -> tuple[str, int] | None:
+    """(vendor, family) of the CPU as /proc/cpuinfo names them, e.g. ('AuthenticAMD', 25) for AMD Zen 3
+    and Zen 4, 26 for Zen 5; None where they cannot be read (not Linux, ARM, a trimmed cpuinfo)."""
+    found: dict[str, str] = {}
+    try:
+        with open(path or CPUINFO) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() in ("vendor_id", "cpu family"):
+                    found.setdefault(key.strip(), value.strip())
+                if not line.strip():  # the first processor's block is enough
+                    break
+    except OSError:
+        return None
+    family = found.get("cpu family", "")
+    if "vendor_id" not in found or not family.isdigit():
+        return None
+    return found["vendor_id"], int(family)
+
+
 # How a CPU multiplies bf16 (cpu_bf16_kind): on AMX tiles, with AVX-512 BF16 dot products, or not at
 # all (oneDNN converts to fp32 and back: slower than fp32 itself).
 BF16_CPU_KINDS = ("amx", "avx512_bf16", "emulated")

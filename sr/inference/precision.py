@@ -19,7 +19,7 @@ import torch
 
 from .. import weights as sr_weights
 from ..request import PRECISIONS
-from .devices import cpu_bf16_kind, cpu_runs_bf16, pick_dtype
+from .devices import cpu_bf16_kind, cpu_model, cpu_runs_bf16, pick_dtype
 
 if TYPE_CHECKING:
     from ..descriptor import ModelDescriptor
@@ -56,9 +56,31 @@ BF16_MEASURED = {
 }
 
 
+# CPU models measured apart from their kind: (kind, vendor, family) -> (start, what was measured).
+# AMD Zen 4 (family 25 with AVX-512 BF16; Zen 3, the same family, has none and is 'emulated'), the
+# 2-core EPYC of 2026-12-07, one thread, CPU time, medians of 3 interleaved warm runs through
+# Upscaler.upscale: photo-x2 1.74x / 1.88x / 1.92x / 1.93x / 1.73x / 1.92x at 128 / 192 / 256 / 384 /
+# 512 / 800 px, photo-x4 1.76-1.96x at 96-384 px, asa-base-x2 1.82-2.03x at 128-384 px; whole
+# `sr upscale` processes on valid/ 1.65x (x2) and 1.59x (x4) fp32's CPU time, on the 192 px samples
+# 1.23x wall (torch's import included). Unlike the Zen 5 figures above, bf16 is faster at every size.
+BF16_BY_CPU_MODEL: dict[tuple[str, str, int], tuple[int | None, str]] = {
+    ("avx512_bf16", "AuthenticAMD", 25): (0, "AVX512_BF16 (AMD Zen 4), measured 1.7-2.0x fp32 at 96-800 px"),
+}
+
+
+def bf16_speed() -> tuple[int | None, str]:
+    """(smallest pass input in pixels from which auto runs bf16 on this CPU, None = never; what was
+    measured there): this CPU model's own entry in :data:`BF16_BY_CPU_MODEL`, else its kind's."""
+    kind = cpu_bf16_kind()
+    model = cpu_model()
+    if model is not None and (kind, *model) in BF16_BY_CPU_MODEL:
+        return BF16_BY_CPU_MODEL[(kind, *model)]
+    return BF16_FROM_PIXELS[kind], BF16_MEASURED[kind]
+
+
 def bf16_from_pixels() -> int | None:
     """The smallest pass input (pixels) from which auto runs bf16 on this CPU; None = never."""
-    return BF16_FROM_PIXELS[cpu_bf16_kind()]
+    return bf16_speed()[0]
 
 
 class PrecisionError(ValueError):
@@ -108,10 +130,9 @@ def choose_dtype(
     if device.type != "cpu":
         dtype = pick_dtype(device)
         return dtype, f"{precision_name(dtype)}: the {device.type} default"
-    kind = cpu_bf16_kind()
-    start = bf16_from_pixels()
+    start, measured = bf16_speed()
     if start is None:
-        return torch.float32, f"fp32: {BF16_MEASURED[kind]}"
+        return torch.float32, f"fp32: {measured}"
     names = list(models)
     if not bf16_cost_ok(names):
         unknown = [n for n in names if n not in BF16_PSNR_COST_DB]
@@ -121,7 +142,7 @@ def choose_dtype(
     if pixels is not None and pixels < start:
         return torch.float32, (f"fp32: input under {start / 1e6:.2f} MP, where bf16 measured slower "
                                f"than fp32 on this kind of CPU")
-    return torch.bfloat16, f"bf16: {BF16_MEASURED[kind]}"
+    return torch.bfloat16, f"bf16: {measured}"
 
 
 def resolve_dtype(

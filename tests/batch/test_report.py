@@ -26,6 +26,7 @@ def _fake_cpu(monkeypatch, kind: str) -> None:
     monkeypatch.setattr("sr.inference.precision.cpu_bf16_kind", lambda: kind)
     monkeypatch.setattr("sr.inference.devices.cpu_bf16_kind", lambda: kind)
     monkeypatch.setattr("sr.inference.precision.cpu_runs_bf16", lambda: kind != "emulated")
+    monkeypatch.setattr("sr.inference.precision.cpu_model", lambda: None)  # the kind's rule, not a model's
 
 
 def test_verbose_says_what_precision_runs_and_why(monkeypatch) -> None:

@@ -180,3 +180,35 @@ def test_a_blend_needs_both_records_but_denoise_0_only_the_default_familys(tmp_p
     dtype = {d: Upscaler("photo", device="cpu", weights_dir=tmp_path, denoise=d).dtype_for(2)
              for d in (0, 0.5, 1)}
     assert dtype == {0: torch.float32, 0.5: torch.float32, 1: torch.bfloat16}
+
+
+def _cpuinfo_with_model(tmp_path, monkeypatch, flags: str, vendor: str, family: int) -> None:
+    path = tmp_path / "cpuinfo-model"
+    path.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: {family}\nflags\t\t: {flags}\n\n"
+                    f"processor\t: 1\nvendor_id\t: Other\ncpu family\t: 1\n")
+    monkeypatch.setattr(devices, "CPUINFO", str(path))
+    monkeypatch.setattr(precision, "cpu_runs_bf16", lambda: "avx512f" in flags.split())
+
+
+def test_cpu_model_reads_the_first_processors_vendor_and_family(tmp_path, monkeypatch):
+    _cpuinfo_with_model(tmp_path, monkeypatch, EPYC_NO_AMX, "AuthenticAMD", 25)
+    assert devices.cpu_model() == ("AuthenticAMD", 25)
+    (tmp_path / "trimmed").write_text("processor\t: 0\nflags\t\t: fpu\n")
+    assert devices.cpu_model(str(tmp_path / "trimmed")) is None
+    assert devices.cpu_model(str(tmp_path / "missing")) is None
+
+
+def test_auto_on_zen4_takes_bf16_at_every_size_and_zen5_keeps_its_start(tmp_path, monkeypatch, record):
+    record({"m-x2": 0.004, "m-x4": 0.03})
+    _cpuinfo_with_model(tmp_path, monkeypatch, EPYC_NO_AMX, "AuthenticAMD", 25)  # Zen 4
+    assert precision.bf16_from_pixels() == 0
+    dtype, why = precision.choose_dtype("auto", CPU, ["m-x2"], SMALL)
+    assert dtype == torch.bfloat16
+    assert why == "bf16: AVX512_BF16 (AMD Zen 4), measured 1.7-2.0x fp32 at 96-800 px"
+    assert resolve_dtype("auto", CPU, ["m-x4"], pixels=SMALL) == torch.float32  # the record still rules
+    _cpuinfo_with_model(tmp_path, monkeypatch, EPYC_NO_AMX, "AuthenticAMD", 26)  # Zen 5: the kind's rule
+    assert precision.bf16_from_pixels() == precision.BF16_FROM_PIXELS["avx512_bf16"]
+    assert resolve_dtype("auto", CPU, ["m-x2"], pixels=SMALL) == torch.float32
+    _cpuinfo_with_model(tmp_path, monkeypatch, EPYC_AVX2, "AuthenticAMD", 25)  # Zen 3: same family, no bf16
+    assert precision.bf16_from_pixels() is None
+    assert resolve_dtype("auto", CPU, ["m-x2"], pixels=LARGE) == torch.float32
