@@ -1,7 +1,7 @@
 """The package layout and a build hook (everything else is configured in pyproject.toml).
 
-Packages: ``sr`` and its sub-packages, and the checkout's service/ folder installed as ``sr.service``
-(under the project's own name: a top-level ``service`` would collide with any other project's).
+Packages: ``sr`` and its sub-packages (the HTTP service is sr/service/, with its web page in
+sr/service/static/).
 
 Build hook: ship weights/ inside the wheel. The top-level weights/ folder is where the project keeps
 its exported weights and model card; a wheel has no top level of its own, so the build copies the
@@ -28,8 +28,7 @@ class BuildPyWithWeights(build_py):
 
 
 setup(
-    packages=[*find_packages(include=["sr", "sr.*"]), "sr.service"],
-    package_dir={"sr.service": "service"},
+    packages=find_packages(include=["sr", "sr.*"]),
     package_data={"sr.service": ["static/*"]},
     cmdclass={"build_py": BuildPyWithWeights},
 )

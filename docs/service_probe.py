@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 from PIL import Image
 
-from sr.bench import serve as b
+from benchmarks import serve as b
 
 args = argparse.Namespace(device="cpu", workers=1, queue=None, threads=1)
 port = b.free_port()

@@ -26,7 +26,7 @@ import zlib
 import httpx
 from PIL import Image
 
-from sr.bench import serve as b
+from benchmarks import serve as b
 
 ROWS = set("".join(sys.argv[1:]).upper()) or set("ABCDEFG")
 args = argparse.Namespace(device="cpu", workers=1, queue=None, threads=1)

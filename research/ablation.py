@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.tooling import set_threads, write_json
 from sr.errors import CLIError
-from sr.tooling import set_threads, write_json
 
 from ._script import run_script
 
@@ -73,7 +73,7 @@ def _load_run(run_dir: Path):
     return row, model
 
 
-def _lr_inputs(folder: str, scale: int, n: int) -> list[torch.Tensor]:
+def lr_inputs(folder: str, scale: int, n: int) -> list[torch.Tensor]:
     from sr.evaluation import list_images, load_rgb_pair
 
     out = []
@@ -85,7 +85,7 @@ def _lr_inputs(folder: str, scale: int, n: int) -> list[torch.Tensor]:
     return out
 
 
-def _time_side_by_side(models: list[torch.nn.Module], inputs: list[torch.Tensor], rounds: int,
+def time_side_by_side(models: list[torch.nn.Module], inputs: list[torch.Tensor], rounds: int,
                        scale: int) -> list[float]:
     """Output MP/s per model; models take turns on each image, fastest of ``rounds`` counts."""
     best = [[float("inf")] * len(inputs) for _ in models]
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     if args.hr:
         if not Path(args.hr).is_dir():
             raise CLIError(f"--hr {args.hr}: no such folder")
-        speeds = _time_side_by_side(models, _lr_inputs(args.hr, scales.pop(), args.images), args.rounds,
+        speeds = time_side_by_side(models, lr_inputs(args.hr, scales.pop(), args.images), args.rounds,
                                     models[0].scale)
         for r, s in zip(rows, speeds, strict=True):
             r.mp_s = s

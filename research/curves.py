@@ -28,8 +28,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.tooling import write_json
 from sr.errors import CLIError
-from sr.tooling import write_json
 
 from ._script import run_script
 

@@ -148,9 +148,9 @@ def report(rows: list[dict], tile: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sr.bench.cost import centre_tile, load_picture
+    from benchmarks.cost import centre_tile, load_picture
+    from benchmarks.tooling import write_json
     from sr.inference.onnx_export import OnnxUnavailable
-    from sr.tooling import write_json
 
     try:
         import openvino  # noqa: F401

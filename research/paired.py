@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.tooling import set_threads, write_json
 from sr.errors import CLIError
-from sr.tooling import set_threads, write_json
 
 from ._script import run_script
 

@@ -23,14 +23,14 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.tooling import set_threads, write_json
 from sr import DEFAULT_MODEL
 from sr.commands.precision import add_precision_argument
 from sr.errors import CLIError
-from sr.tooling import set_threads, write_json
 
 from ._networks import our_networks
 from ._script import run_script
-from .ablation import _lr_inputs, _time_side_by_side
+from .ablation import lr_inputs, time_side_by_side
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_HR = REPO.parent / "shared" / "datasets" / "benchmark" / "Set14"
@@ -131,11 +131,11 @@ def run(args: argparse.Namespace) -> int:
         dtype = engine.dtype_for(s)
         imdn = IMDN(s).eval().to(dtype=dtype, memory_format=engine.memory_format)
         inputs = [x.to(dtype=dtype, memory_format=engine.memory_format)
-                  for x in _lr_inputs(args.hr, s, args.images if args.images is not None else 10**9)]
+                  for x in lr_inputs(args.hr, s, args.images if args.images is not None else 10**9)]
         with torch.inference_mode():
             net(inputs[0])
             imdn(inputs[0])  # warm-up: first calls allocate
-        mine, theirs = _time_side_by_side([net, imdn], inputs, args.rounds, s)
+        mine, theirs = time_side_by_side([net, imdn], inputs, args.rounds, s)
         rows.append(PeerRow(s, name, count_params(net), count_params(imdn), count_macs(net) / 1e9,
                             count_macs(imdn) / 1e9, len(inputs), mine, theirs))
         print(f"  x{s}: {name} {mine:.3f} MP/s, IMDN {theirs:.3f} MP/s ({mine / theirs:.2f}x, "

@@ -3,7 +3,7 @@
 **big**: a 4000 x 3000 photo-like JPEG (quality 90) to x2 with the defaults and ``-f jpg``, run as
 its own ``sr upscale`` process; its CPU time, wall time and peak RSS (the child's ``ru_maxrss``)
 against the conv body's own time for those pixels: the model and precision the defaults chose, the
-network with every attention block bypassed (:func:`sr.bench.cost.attention_bypassed`, the issue's
+network with every attention block bypassed (:func:`benchmarks.cost.attention_bypassed`, the issue's
 method), timed on tiles of the auto plan's size cut from the same image, per pixel times the
 image's pixels (overlap not counted). A 2000 x 1500 input to x2 (a 12 MP output) gives a second
 peak RSS. The picture is a mosaic of the ``--valid`` images at their own resolution (flipped
@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.tooling import write_json
 from sr.errors import CLIError
-from sr.tooling import write_json
 
 from ._script import run_script
 
@@ -120,7 +120,7 @@ def body_time(path: Path, rounds: int) -> dict:
     pixel, on tiles of the auto plan's size from the image itself; CPU time, medians."""
     import torch
 
-    from sr.bench.cost import attention_bypassed
+    from benchmarks.cost import attention_bypassed
     from sr.inference import Upscaler
     from sr.io import read_image, to_float
     from sr.request import UpscaleRequest

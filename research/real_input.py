@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from benchmarks.tooling import set_threads, write_json
 from sr.errors import CLIError
-from sr.tooling import set_threads, write_json
 
 SCALE = 4
 REPO = Path(__file__).resolve().parents[1]
@@ -156,11 +156,11 @@ def _time_interleaved(nets: list[nn.Module], inputs: list[torch.Tensor], rounds:
 
 def speed(models: list[Contender], hr: str, images: int, rounds: int) -> dict[str, float]:
     """CPU seconds per output MP of each timed network, side by side on the clean LR of ``hr``."""
-    from .ablation import _lr_inputs
+    from .ablation import lr_inputs
 
     timed = [c for c in models if c.net is not None and c.timed]
     nets = [c.net.to(memory_format=torch.channels_last) for c in timed]
-    inputs = [x.contiguous(memory_format=torch.channels_last) for x in _lr_inputs(hr, SCALE, images)]
+    inputs = [x.contiguous(memory_format=torch.channels_last) for x in lr_inputs(hr, SCALE, images)]
     with torch.inference_mode():
         for net in nets:
             net(inputs[0])  # warm-up: first calls allocate

@@ -36,11 +36,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sr.bench.cost import DEFAULT_MODELS, PRECISIONS, int_list, load_picture
+from benchmarks.cost import DEFAULT_MODELS, PRECISIONS, int_list, load_picture
+from benchmarks.tooling import set_threads, write_json
 from sr.errors import CLIError
 from sr.inference.tiling import plan_axis
 from sr.request import DEFAULT_TILE_OVERLAP
-from sr.tooling import set_threads, write_json
 
 from ._script import run_script
 

@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sr.batch.stages import make_upscaler
+    from sr.batch import make_upscaler
     from sr.video.run import upscale_video
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="sr-video-quality-"))

@@ -76,7 +76,7 @@ class Methods:
 
     def frames(self, method: str, clip: Path) -> list[np.ndarray]:
         """The uint8 RGB frames ``method`` makes of every frame of ``clip``."""
-        from sr.batch.stages import make_upscaler
+        from sr.batch import make_upscaler
         from sr.resize import imresize
         from sr.video.probe import probe
         from sr.video.run import frame_upscaler

@@ -15,6 +15,9 @@ from . import __version__
 # CLIError lives in sr.errors (commands import it from there); re-exported for older imports
 from .errors import CLIError as CLIError
 
+# guarded: how any `sr`-style program (the research scripts too) turns errors into one-line messages
+__all__ = ["CLIError", "build_parser", "guarded", "main"]
+
 # name -> (module in sr.commands, one-line help). Modules are imported lazily so `sr --help` is fast.
 COMMANDS: dict[str, tuple[str, str]] = {
     "upscale": ("upscale", "upscale images, folders or globs"),

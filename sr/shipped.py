@@ -27,9 +27,11 @@ def shipped_weights_dir() -> Path:
     return package / "_weights"
 
 
-def weights_folder() -> Path:
-    """The folder model names are looked up in: :data:`sr.weights.WEIGHTS_DIR` (which callers and
-    tests may set) once that module is loaded, else the shipped one."""
+def weights_folder(weights_dir: str | Path | None = None) -> Path:
+    """The folder model names are looked up in: ``weights_dir`` when given (``--weights-dir``), else
+    :data:`sr.weights.WEIGHTS_DIR` once that module is loaded, else the shipped one."""
+    if weights_dir is not None:
+        return Path(weights_dir)
     loaded = sys.modules.get("sr.weights")
     return loaded.WEIGHTS_DIR if loaded is not None else shipped_weights_dir()
 
@@ -66,13 +68,13 @@ def model_files(
     return unknown_model_message(text, folder, listed)
 
 
-def missing_model(model: str | Path, folder: Path | None = None) -> str | None:
+def missing_model(model: str | Path, folder: str | Path | None = None) -> str | None:
     """Why no file answers to ``model`` (as :func:`sr.weights.find_models` would say it), or None
     when one may: ``auto``, an existing file, or a name with a file in ``folder`` (default:
     :func:`weights_folder`). Names and paths only; no file is opened."""
     if str(model) == AUTO_MODEL:
         return None
-    found = model_files(model, folder if folder is not None else weights_folder())
+    found = model_files(model, weights_folder(folder))
     if isinstance(found, str):
         return found
     files = found[1]

@@ -31,10 +31,13 @@ from .io import atomic_write
 from .models import NetConfig, SRNet, count_params
 from .shipped import model_files
 from .shipped import shipped_weights_dir as shipped_weights_dir  # torch-free (sr.shipped), kept here too
+from .shipped import weights_folder as weights_folder
 
 FORMAT = "sr-weights-v1"
 
 
+# The folder names are looked up in when a function is given none (``weights_dir=None``), read at
+# each call (sr.shipped.weights_folder); callers with their own folder pass it (``--weights-dir``).
 WEIGHTS_DIR = shipped_weights_dir()
 
 
@@ -93,24 +96,27 @@ def load_weights(path: str | Path, map_location: str | torch.device = "cpu") -> 
     return model.eval(), meta
 
 
-def resolve_weights(name_or_path: str) -> Path:
-    """A path to a .safetensors file, or the name of a shipped model (e.g. 'asa-base-x2')."""
+def resolve_weights(name_or_path: str, weights_dir: str | Path | None = None) -> Path:
+    """A path to a .safetensors file, or the name of a model in ``weights_dir`` (default: the
+    shipped weights), e.g. 'asa-base-x2'."""
     p = Path(name_or_path)
     if p.suffix == ".safetensors" or p.exists():
         if not p.is_file():
             raise WeightsError(f"weights file not found: {p}")
         return p
-    shipped = WEIGHTS_DIR / f"{name_or_path}.safetensors"
+    folder = weights_folder(weights_dir)
+    shipped = folder / f"{name_or_path}.safetensors"
     if shipped.is_file():
         return shipped
-    known = ", ".join(sorted(f.stem for f in WEIGHTS_DIR.glob("*.safetensors"))) or "none"
+    known = ", ".join(sorted(f.stem for f in folder.glob("*.safetensors"))) or "none"
     raise WeightsError(
         f"unknown model {name_or_path!r}: not a file and not a shipped model (shipped: {known})"
     )
 
 
-def shipped_models() -> list[Path]:
-    return sorted(WEIGHTS_DIR.glob("*.safetensors"))
+def shipped_models(weights_dir: str | Path | None = None) -> list[Path]:
+    """The .safetensors files of ``weights_dir`` (default: the shipped weights), by name."""
+    return sorted(weights_folder(weights_dir).glob("*.safetensors"))
 
 
 def describe(path: str | Path) -> ModelDescriptor:
@@ -137,9 +143,12 @@ def loaded(desc: ModelDescriptor, map_location: str | torch.device = "cpu") -> M
     return replace(desc, net=net)
 
 
-def load_model(name_or_path: str | Path, map_location: str | torch.device = "cpu") -> ModelDescriptor:
-    """A shipped model's name or a .safetensors path -> its descriptor with the network loaded."""
-    return loaded(describe(resolve_weights(str(name_or_path))), map_location)
+def load_model(
+    name_or_path: str | Path, map_location: str | torch.device = "cpu", weights_dir: str | Path | None = None
+) -> ModelDescriptor:
+    """A model's name in ``weights_dir`` (default: the shipped weights) or a .safetensors path ->
+    its descriptor with the network loaded."""
+    return loaded(describe(resolve_weights(str(name_or_path), weights_dir)), map_location)
 
 
 def find_models(
@@ -147,7 +156,7 @@ def find_models(
 ) -> tuple[str, dict[int, ModelDescriptor]]:
     """(name, {scale: descriptor}) for a weights file, a full name in ``weights_dir`` ('asa-base-x2')
     or a family there ('asa-base': every <family>-x{2,3,4}.safetensors). Metadata only."""
-    folder = Path(weights_dir) if weights_dir is not None else WEIGHTS_DIR
+    folder = weights_folder(weights_dir)
     found = model_files(model, folder, known=lambda: ", ".join(d.name for d in catalog(folder)))
     if isinstance(found, str):
         raise WeightsError(found)
@@ -164,7 +173,7 @@ def find_models(
 
 def catalog(weights_dir: str | Path | None = None) -> list[ModelDescriptor]:
     """Every readable model file of a folder (default: the shipped weights), by file name."""
-    folder = Path(weights_dir) if weights_dir is not None else WEIGHTS_DIR
+    folder = weights_folder(weights_dir)
     out = []
     for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
         try:

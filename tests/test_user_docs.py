@@ -59,7 +59,7 @@ def test_no_install_names_a_distribution_that_is_not_on_the_public_index() -> No
     """sr-asa is not on PyPI: `pip install 'sr-asa[video]'` fails; extras come from a checkout or a wheel."""
     pattern = re.compile(r"""pip install ["']?sr-asa\b""")
     where = [str(p.relative_to(REPO)) for p in USER_DOCS if pattern.search(_text(p))]
-    where += [str(p.relative_to(REPO)) for d in ("sr", "service") for p in (REPO / d).rglob("*.py")
+    where += [str(p.relative_to(REPO)) for p in (REPO / "sr").rglob("*.py")
               if pattern.search(_text(p))]
     assert where == []
 

@@ -4,7 +4,9 @@
 checks the output folder, then runs read -> upscale -> write on local threads or on Ray Data.
 """
 
+from .errors import BatchError
 from .options import BatchOptions
 from .run import run_batch
+from .stages import make_upscaler
 
-__all__ = ["BatchOptions", "run_batch"]
+__all__ = ["BatchError", "BatchOptions", "make_upscaler", "run_batch"]

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CLIError
+from .errors import BatchError
 from .jobs import Job
 from .options import BatchOptions
 from .report import Stats
@@ -62,7 +62,7 @@ AUTH_REFUSED = ("Ray at {target!r} refused this client's authentication token (I
                 "machine the cluster's token (the head's ~/.ray/auth_token, copied to "
                 "~/.ray/auth_token here, or RAY_AUTH_TOKEN); docs/cluster.md")
 # sr-asa is not on the public package index: its cluster extra comes from a checkout (or the wheel's path).
-INSTALL_HINT = ("--ray needs Ray Data: pip install 'ray[data]>=2.51,<2.64' "
+INSTALL_HINT = ("{ray} needs Ray Data: pip install 'ray[data]>=2.51,<2.64' "
                 "(the cluster extra: pip install '.[cluster]' in a checkout of sr)")
 # Attempts per image when its worker dies (crash, OOM kill, lost node): a file that kills every worker
 # it meets is reported as failed instead of taking the batch down or looping forever.
@@ -82,12 +82,12 @@ BUFFER_BYTES = 2 * 2**30
 
 
 def check_installed() -> None:
-    """A one-line CLIError, with the install command, when Ray Data is missing."""
+    """A one-line BatchError, with the install command, when Ray Data is missing."""
     try:
         import ray  # noqa: F401
         import ray.data  # noqa: F401
     except ImportError:
-        raise CLIError(INSTALL_HINT) from None
+        raise BatchError(INSTALL_HINT) from None
 
 
 @contextlib.contextmanager
@@ -118,10 +118,11 @@ def connect(address: str | None) -> contextlib.AbstractContextManager:
     if failed is None:
         sys.stderr.write(said)  # what Ray said while joining, now that it is not a failure
     elif "InvalidAuthToken" in said or "Unauthenticated" in said:
-        raise CLIError(AUTH_REFUSED.format(target=target)) from None
+        raise BatchError(AUTH_REFUSED, target=target) from None
     else:
         first = str(failed).strip().splitlines()[0] if str(failed).strip() else type(failed).__name__
-        raise CLIError(f"cannot start or join Ray at {target!r}: {first}") from None
+        raise BatchError("cannot start or join Ray at {target!r}: {first}", target=target,
+                         first=first) from None
 
     @contextlib.contextmanager
     def session() -> Iterator[None]:
@@ -160,8 +161,8 @@ def _probe(address: str, timeout: float = 5.0) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as e:
-        raise CLIError(f"cannot reach Ray at {address} ({e.strerror or e}); is `ray start --head` "
-                       "running there?") from None
+        raise BatchError("cannot reach Ray at {address} ({why}); is `ray start --head` running there?",
+                         address=address, why=e.strerror or e) from None
 
 
 def pool_plan(opts: BatchOptions, resources: dict[str, float]) -> tuple[int, dict[str, float]]:
@@ -178,8 +179,9 @@ def pool_plan(opts: BatchOptions, resources: dict[str, float]) -> tuple[int, dic
         need = actors * each.get(f"num_{kind.lower()}s", 0)
         if need > have:
             per = f"{each[f'num_{kind.lower()}s']:g} {kind}(s) each"
-            raise CLIError(f"{actors} Ray actors need {need:g} {kind}s ({per}); the cluster has {have} "
-                           "(lower --ray-actors or --threads)")
+            raise BatchError("{actors} Ray actors need {need:g} {kind}s ({per}); the cluster has {have} "
+                             "(lower {ray_actors} or {threads})", actors=actors, need=need, kind=kind,
+                             per=per, have=have)
     return actors, each
 
 
@@ -333,7 +335,7 @@ class Executor:
         self.opts, self.up, self.outdir = opts, up, outdir.absolute()
         resources = ray.cluster_resources()
         if opts.device == "cuda" and not resources.get("GPU"):
-            raise CLIError("--device cuda, but the Ray cluster has no GPUs")
+            raise BatchError("{device} cuda, but the Ray cluster has no GPUs")
         self.actors, self.per_actor = pool_plan(opts, resources)
         stores = [n["Resources"].get("object_store_memory", 0) for n in ray.nodes() if n.get("Alive")]
         store = min((s for s in stores if s > 0), default=0)
@@ -357,7 +359,8 @@ class Executor:
         try:
             data = path.read_bytes()
         except OSError as e:
-            raise CLIError(f"cannot read the weights file {path} ({e.strerror or e})") from None
+            raise BatchError("cannot read the weights file {path} ({why})", path=path,
+                             why=e.strerror or e) from None
         return [ray.put(data), path.name]
 
     def check_workers(self, timeout: float = 120.0) -> None:
@@ -378,11 +381,13 @@ class Executor:
         try:
             results = ray.get(refs, timeout=timeout)
         except Exception as e:  # noqa: BLE001 - e.g. a node lost meanwhile: one line, not a traceback
-            raise CLIError(f"could not check the Ray workers' paths ({type(e).__name__})", code=1) from None
+            raise BatchError("could not check the Ray workers' paths ({kind})", 1,
+                             kind=type(e).__name__) from None
         for node, problem in results:
             if problem:
-                raise CLIError(f"a Ray worker on {node} {problem}: inputs and outputs must be on a "
-                               "filesystem every node mounts at the same path (docs/cluster.md)", code=1)
+                raise BatchError("a Ray worker on {node} {problem}: inputs and outputs must be on a "
+                                 "filesystem every node mounts at the same path (docs/cluster.md)", 1,
+                                 node=node, problem=problem)
 
     def dataset(self) -> Dataset:
         """The lazy Ray Dataset of write reports (rows: i, pixels, problem, no_budget_map, model,
@@ -425,7 +430,7 @@ class Executor:
             except Exception as e:  # noqa: BLE001 - e.g. no actor could start: one line, not a traceback
                 lines = [x for x in str(e).splitlines() if x.strip()]
                 last = lines[-1] if lines else type(e).__name__
-                raise CLIError(f"the Ray pipeline failed: {last}") from None
+                raise BatchError("the Ray pipeline failed: {last}", last=last) from None
         for i, job in enumerate(self.todo):
             if i not in seen:  # its block errored MAX_ATTEMPTS times: the worker died on this image
                 stats.fail(job.src, WORKER_DIED.format(n=MAX_ATTEMPTS))

@@ -12,8 +12,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CLIError
 from ..request import same_format as request_same_format
+from .errors import BatchError
 from .options import BatchOptions
 
 # The problem of an input that names nothing on disk.
@@ -41,6 +41,16 @@ def same_format(src: Path) -> str:
 def output_format(job: Job, fmt: str) -> str:
     """The format ``job`` is written in: ``fmt``, or with "same" its input's."""
     return same_format(job.src) if fmt == "same" else fmt
+
+
+def why_nothing(path: Path, recursive: bool) -> str:
+    """Why an existing input named nothing to read: a glob without matches, or a folder without
+    inputs (whose subfolders, without ``recursive``, are not read)."""
+    if not path.is_dir():
+        return NO_MATCH
+    if not recursive and any(p.is_dir() and not p.name.startswith(".") for p in path.iterdir()):
+        return f"{EMPTY_FOLDER}, and without -r its subfolders are not read"
+    return EMPTY_FOLDER
 
 
 def collect_inputs(
@@ -79,13 +89,6 @@ def collect_inputs(
             if f.is_file() and not hidden and f.suffix.lower() in suffixes:
                 add(f, rel if recursive else Path(f.name))
 
-    def why_nothing(path: Path) -> str:
-        if not path.is_dir():
-            return NO_MATCH
-        if not recursive and any(p.is_dir() and not p.name.startswith(".") for p in path.iterdir()):
-            return f"{EMPTY_FOLDER}, and without -r its subfolders are not read"
-        return EMPTY_FOLDER
-
     for item in inputs:
         path = Path(item).expanduser()
         found_here[0] = 0
@@ -106,7 +109,7 @@ def collect_inputs(
                 unmatched.append(f"{item}: {MISSING}")
             continue
         if not found_here[0] and unmatched is not None:
-            unmatched.append(f"{item}: {why_nothing(path)}")
+            unmatched.append(f"{item}: {why_nothing(path, recursive)}")
     return jobs
 
 
@@ -134,9 +137,9 @@ def plan_outputs(jobs: list[Job], outdir: Path, suffix: str, opts: BatchOptions)
                       if opts.save_budget_map and not video else None)
         for target in (job.out, job.budget):
             if target is not None and target.resolve() in inputs:
-                raise CLIError(
-                    f"refusing to run: {target} would overwrite the input {inputs[target.resolve()]}; "
-                    "choose another output folder or --suffix"
+                raise BatchError(
+                    "refusing to run: {target} would overwrite the input {src}; "
+                    "choose another output folder or {suffix}", target=target, src=inputs[target.resolve()],
                 )
         key = job.out.resolve()
         if key in taken:
@@ -157,10 +160,12 @@ def prepare_output_folder(outdir: Path) -> None:
     try:
         outdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise CLIError(f"cannot create output folder {outdir} ({e.strerror or e})", code=1) from None
+        raise BatchError("cannot create output folder {outdir} ({why})", 1, outdir=outdir,
+                         why=e.strerror or e) from None
     try:
         fd, probe = tempfile.mkstemp(prefix=".sr-write-check-", dir=outdir)  # hidden: never an input
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise CLIError(f"cannot write to output folder {outdir} ({e.strerror or e})", code=1) from None
+        raise BatchError("cannot write to output folder {outdir} ({why})", 1, outdir=outdir,
+                         why=e.strerror or e) from None

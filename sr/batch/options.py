@@ -16,19 +16,13 @@ import argparse
 from dataclasses import dataclass, fields, replace
 
 from .. import DEFAULT_CHOICE
-from ..errors import CLIError
 from ..io import DEFAULT_MAX_PIXELS
 from ..request import DEFAULT_TILE_OVERLAP, UpscaleRequest
+from .errors import BatchError
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 # The command's request when no flag changes it: model auto (the CLI's default), the rest as UpscaleRequest's.
 DEFAULT_REQUEST = UpscaleRequest(model=DEFAULT_CHOICE)
-
-
-def flag(field: str) -> str:
-    """The ``sr upscale`` flag of a request field (``alpha_mode`` -> ``--alpha-mode``): how the
-    request's messages name a field at the command line."""
-    return "--" + field.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -56,6 +50,7 @@ class BatchOptions:
     frames: str | None = None
     ray: str | None = None  # None: local threads; "" a local Ray; else the cluster's address
     ray_actors: int | None = None
+    weights_dir: str | None = None  # the folder named models are looked up in (None: the default)
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> BatchOptions:
@@ -76,55 +71,57 @@ class BatchOptions:
         except ValueError:
             value = -1
         if value < 0:
-            raise CLIError(f"--tile must be 'auto', 0 or a number of pixels, got {self.tile!r}")
+            raise BatchError("{tile} must be 'auto', 0 or a number of pixels, got {got!r}", got=self.tile)
         return value
 
     def checked(self) -> BatchOptions:
-        """These options once every value is known to be usable (CLIError naming the flag if not):
+        """These options once every value is known to be usable (BatchError naming the field if not):
         the request by its own :meth:`~sr.request.UpscaleRequest.validate`, then the batch's
         fields; with ``ray`` the device is normalised, as the actors are given it by name."""
         try:
-            self.request.validate(name=flag)
+            self.request.validate()
         except ValueError as e:
-            raise CLIError(str(e)) from None
+            raise BatchError.of_request(self.request, e) from None
         if self.request.budget_map:  # a batch writes images, and budget maps beside them
-            raise CLIError("a batch's request asks for images: use save_budget_map for budget maps")
+            raise BatchError("a batch's request asks for images: use save_budget_map for budget maps")
         if self.max_pixels < 1:
-            raise CLIError(f"--max-pixels must be positive, got {self.max_pixels}")
+            raise BatchError("{max_pixels} must be positive, got {got}", got=self.max_pixels)
         if self.tile_overlap < 0:
-            raise CLIError(f"--tile-overlap must be >= 0, got {self.tile_overlap}")
+            raise BatchError("{tile_overlap} must be >= 0, got {got}", got=self.tile_overlap)
         if self.threads is not None and self.threads < 1:
-            raise CLIError(f"--threads must be >= 1, got {self.threads}")
+            raise BatchError("{threads} must be >= 1, got {got}", got=self.threads)
         if self.suffix is not None and any(c in self.suffix for c in "/\\"):
-            raise CLIError("--suffix must not contain path separators")
+            raise BatchError("{suffix} must not contain path separators")
         if self.skip_existing and self.overwrite:
-            raise CLIError("give either --skip-existing or --overwrite, not both")
+            raise BatchError("give either {skip_existing} or {overwrite}, not both")
         self._check_video()
-        self.tile_size  # noqa: B018 - raises the --tile error now, before any work
+        self.tile_size  # noqa: B018 - raises the tile error now, before any work
         return self if self.ray is None else self._checked_ray()
 
     def _check_video(self) -> None:
         from ..video.settings import CODECS, parse_frames
 
         if self.video_codec not in CODECS:
-            raise CLIError(f"unknown --video-codec {self.video_codec!r}; choose from {', '.join(CODECS)}")
+            raise BatchError("unknown {video_codec} {got!r}; choose from {codecs}", got=self.video_codec,
+                             codecs=", ".join(CODECS))
         if self.crf is not None and not 0 <= self.crf <= 63:
-            raise CLIError(f"--crf must be 0-63, got {self.crf}")
+            raise BatchError("{crf} must be 0-63, got {got}", got=self.crf)
         if self.frames is not None:
             try:
                 parse_frames(self.frames)
-            except ValueError as e:
-                raise CLIError(str(e)) from None
+            except ValueError as e:  # sr.video's message
+                raise BatchError("{detail}", detail=str(e)) from None
 
     def _checked_ray(self) -> BatchOptions:
         if self.ray_actors is not None and self.ray_actors < 1:
-            raise CLIError(f"--ray-actors must be >= 1, got {self.ray_actors}")
+            raise BatchError("{ray_actors} must be >= 1, got {got}", got=self.ray_actors)
         if self.ray and any(c.isspace() for c in self.ray):
-            raise CLIError(f"--ray address must not contain spaces, got {self.ray!r}")
+            raise BatchError("{ray} address must not contain spaces, got {got!r}", got=self.ray)
         # The device is the actors' (the driver may have none): checked by name here, by Upscaler there.
         device = self.device.strip().lower()
         if device.startswith("cuda:"):
-            raise CLIError("with --ray use --device cuda (or auto): each actor is given its own GPU")
+            raise BatchError("with {ray} use {device} cuda (or auto): each actor is given its own GPU")
         if device not in DEVICES:
-            raise CLIError(f"unknown device {self.device!r}; choose from {', '.join(DEVICES)}")
+            raise BatchError("unknown device {got!r}; choose from {devices}", got=self.device,
+                             devices=", ".join(DEVICES))
         return replace(self, device=device)

@@ -15,14 +15,20 @@ from .stages import NO_BUDGET_MAPS, StageTimes, Written
 
 if TYPE_CHECKING:
     from ..inference import Upscaler
+    from ..video.run import VideoResult
+
+# What the batch's lines to stderr start with when the caller names nothing (sr upscale names itself).
+DEFAULT_PROG = "sr.batch"
 
 
 class Stats:
-    """Counters shared by the executor's threads, and the progress bar they update."""
+    """Counters shared by the executor's threads, and the progress bar they update. ``prog`` starts
+    each line about a file that went wrong (``PROG: photo.png: ...``; the command passes its name)."""
 
-    def __init__(self, total: int, verbose: bool = False) -> None:
+    def __init__(self, total: int, verbose: bool = False, prog: str = DEFAULT_PROG) -> None:
         from tqdm import tqdm
 
+        self.prog = prog
         self.lock = threading.Lock()
         self.done = self.failed = 0
         self.out_pixels = 0
@@ -33,10 +39,14 @@ class Stats:
         self.timed = 0
         self.bar = tqdm(total=total, unit="img", disable=None, file=sys.stderr, dynamic_ncols=True)
 
+    def warn(self, message: str) -> None:
+        """One line to stderr, above the bar, in the program's name."""
+        self.bar.write(f"{self.prog}: {message}", file=sys.stderr)
+
     def fail(self, path: Path, reason: str) -> None:
         with self.lock:
             self.failed += 1
-            self.bar.write(f"sr upscale: {path}: {reason}", file=sys.stderr)
+            self.warn(f"{path}: {reason}")
             self.bar.update(1)
 
     def ok(self, pixels: int) -> None:
@@ -49,7 +59,7 @@ class Stats:
         """Count one written (or failed) job; the no-budget-map warning is printed once."""
         if written.no_budget_map and not self.warned:
             self.warned = True
-            self.bar.write(NO_BUDGET_MAPS, file=sys.stderr)
+            self.warn(NO_BUDGET_MAPS)
         if written.problem is not None:
             self.fail(job.src, written.problem)
             return
@@ -65,6 +75,14 @@ class Stats:
                     line += f": {written.times.describe()}"
                 self.bar.write(line, file=sys.stdout)
         self.ok(written.pixels)
+
+    def video_done(self, job: Job, result: VideoResult, where: str = "") -> None:
+        """Count one written video and print its line (``where``: e.g. ' on 2 Ray actor(s)')."""
+        with self.lock:
+            if result.chosen:
+                self.chosen[result.chosen] += 1
+            self.bar.write(f"{job.src} -> {job.out}: {result.describe(where)}")
+        self.ok(result.upscaled_pixels)  # the batch's output MP/s: what this run computed
 
 
 class OnDisk:

@@ -10,13 +10,18 @@ import contextlib
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..errors import CLIError
 from ..shipped import missing_model
+from .errors import BatchError
 from .jobs import MISSING, Job, collect_inputs, default_suffix, plan_outputs, prepare_output_folder
 from .options import BatchOptions
-from .report import OnDisk, Stats, dry_run, precision_line, summary
+from .report import DEFAULT_PROG, OnDisk, Stats, dry_run, precision_line, summary
 from .stages import make_upscaler
+
+if TYPE_CHECKING:
+    from ..inference import Upscaler
+    from . import cluster
 
 
 def split_videos(todo: list[Job]) -> list[Job]:
@@ -32,21 +37,59 @@ def split_videos(todo: list[Job]) -> list[Job]:
 
 
 def find_inputs(opts: BatchOptions, outdir: Path) -> list[Job]:
-    """The batch's jobs; CLIError naming each input when none of them names anything to read."""
+    """The batch's jobs; BatchError naming each input when none of them names anything to read."""
     unmatched: list[str] = []
     jobs = collect_inputs(opts.inputs, opts.recursive, outdir, unmatched)
     if all(j.problem == MISSING for j in jobs):  # nothing to read: say so before any output folder is created
         named = "; ".join(unmatched[:3]) + ("; ..." if len(unmatched) > 3 else "")
-        raise CLIError("no input images found" + (f" ({named})" if named else ""))
+        raise BatchError("no input images found{named}", named=f" ({named})" if named else "")
     return jobs
 
 
-def run_batch(opts: BatchOptions) -> int:
+def checked_upscaler(opts: BatchOptions) -> Upscaler:
+    """The batch's engine, once the model answers to its name and has the asked scale. With Ray this
+    one only checks them on the driver (weights load lazily, the device is the actors'): the CPU is
+    always there."""
+    problem = missing_model(opts.request.model, opts.weights_dir)
+    if problem is not None:
+        raise BatchError("{detail}", detail=problem)
+    from ..inference import UpscaleError
+
+    on_ray = opts.ray is not None
+    try:
+        up = make_upscaler(opts, device="cpu" if on_ray else None, threads=1 if on_ray else None)
+        if opts.request.scale is not None:
+            up.check_scale(opts.request.scale)
+    except UpscaleError as e:
+        raise BatchError("{detail}", detail=str(e)) from None
+    return up
+
+
+def execute(up: Upscaler, todo: list[Job], videos: list[Job], stats: Stats, opts: BatchOptions,
+            executor: cluster.Executor | None) -> None:
+    """The images on Ray (``executor``) or local threads, then the videos, on Ray or locally."""
+    if executor is not None:
+        executor.run(stats)
+    elif todo:
+        from .local import run_local
+
+        run_local(up, todo, stats, opts)
+    if videos and opts.ray is not None:
+        from .video_cluster import run_videos_ray
+
+        run_videos_ray(up, videos, stats, opts)
+    elif videos:
+        from .videos import run_videos
+
+        run_videos(up, videos, stats, opts)
+
+
+def run_batch(opts: BatchOptions, prog: str = DEFAULT_PROG) -> int:
     """Upscale ``opts.inputs`` into ``opts.output``: 0 when every image was written (or skipped),
-    1 when any failed; CLIError for what stops the batch before it starts. A bad file is reported
-    with its path and the batch goes on; outputs are written atomically, and none on an input.
-    Inputs and the model's name are checked before the engine (and torch) is loaded: a typo is
-    reported at once."""
+    1 when any failed; BatchError for what stops the batch before it starts. A bad file is reported
+    with its path (after ``prog``) and the batch goes on; outputs are written atomically, and none on
+    an input. Inputs and the model's name are checked before the engine (and torch) is loaded: a typo
+    is reported at once."""
     opts = opts.checked()
     on_ray = opts.ray is not None
     if on_ray:
@@ -55,21 +98,9 @@ def run_batch(opts: BatchOptions) -> int:
         cluster.check_installed()
     outdir = Path(opts.output).expanduser()
     if outdir.exists() and not outdir.is_dir():
-        raise CLIError(f"output {outdir} exists and is not a folder")
+        raise BatchError("output {outdir} exists and is not a folder", outdir=outdir)
     jobs = find_inputs(opts, outdir)
-    problem = missing_model(opts.request.model)
-    if problem is not None:
-        raise CLIError(problem)
-    from ..inference import UpscaleError
-
-    try:
-        # With Ray this one only checks the model and scale on the driver (weights load lazily, the
-        # device is the actors'): the CPU is always there.
-        up = make_upscaler(opts, device="cpu" if on_ray else None, threads=1 if on_ray else None)
-        if opts.request.scale is not None:
-            up.plan_size(1, 1, scale=opts.request.scale)  # checks that the model has this scale
-    except UpscaleError as e:
-        raise CLIError(str(e)) from None
+    up = checked_upscaler(opts)
     suffix = opts.suffix if opts.suffix is not None else default_suffix(opts, min(up.scales))
     plan_outputs(jobs, outdir, suffix, opts)
     todo = [j for j in jobs if j.problem is None and not j.skip]
@@ -85,30 +116,17 @@ def run_batch(opts: BatchOptions) -> int:
         prepare_output_folder(outdir)
         if executor is not None:
             executor.check_workers()  # the workers see the inputs and can write the outputs
-        stats = Stats(len(todo) + len(videos), verbose=opts.verbose)
+        stats = Stats(len(todo) + len(videos), verbose=opts.verbose, prog=prog)
         if opts.verbose and not on_ray:  # Ray's actors decide on their own CPUs
             stats.bar.write(precision_line(up), file=sys.stdout)
         for job in jobs:
             if job.problem is not None:
-                stats.bar.write(f"sr upscale: {job.src}: {job.problem}", file=sys.stderr)
+                stats.warn(f"{job.src}: {job.problem}")
         stats.failed = sum(j.problem is not None for j in jobs)
         on_disk = OnDisk(todo)
         start = time.perf_counter()
         try:
-            if executor is not None:
-                executor.run(stats)
-            elif todo:
-                from .local import run_local
-
-                run_local(up, todo, stats, opts)
-            if videos and on_ray:
-                from .video_cluster import run_videos_ray
-
-                run_videos_ray(up, videos, stats, opts)
-            elif videos:
-                from .videos import run_videos
-
-                run_videos(up, videos, stats, opts)
+            execute(up, todo, videos, stats, opts, executor)
         except KeyboardInterrupt:
             stats.bar.close()
             stats.done = max(stats.done, on_disk.written())  # Ray's in-flight outputs are files too

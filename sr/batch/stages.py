@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # annotations only: the engine is imported by the functions t
     from ..inference.tiling import ProgressFn
     from ..io import DecodedImage
 
-NO_BUDGET_MAPS = "sr upscale: the model has no adaptive attention: no budget maps"
+NO_BUDGET_MAPS = "the model has no adaptive attention: no budget maps"  # a warning, once per batch
 
 
 def make_upscaler(
@@ -38,7 +38,7 @@ def make_upscaler(
                     tile=opts.tile_size, tile_overlap=opts.tile_overlap,
                     threads=threads if threads is not None else opts.threads,
                     attention_path=opts.attention_path, compile=opts.compile, denoise=request.denoise,
-                    look=request.look, precision=request.precision)
+                    look=request.look, precision=request.precision, weights_dir=opts.weights_dir)
 
 
 def read_input(job: Job, max_pixels: int) -> tuple[DecodedImage | None, str | None]:

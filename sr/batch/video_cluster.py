@@ -7,7 +7,6 @@ Like the image executor, the workers must see the input and the output folder at
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,10 +99,8 @@ def run_videos_ray(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOpt
             continue
         except KeyboardInterrupt:
             if plan is not None:  # what the committed segments keep for the next run
-                stats.bar.write(f"sr upscale: {VideoInterrupted(plan)}", file=sys.stderr)
+                stats.warn(str(VideoInterrupted(plan)))
             raise
         r = result_of(up, plan, opts, time.perf_counter() - start, model=model, kept=kept)
         r.choice = choice
-        with stats.lock:
-            stats.bar.write(f"{job.src} -> {job.out}: {r.describe(f' on {len(pool)} Ray actor(s)')}")
-        stats.ok(r.upscaled_pixels)
+        stats.video_done(job, r, f" on {len(pool)} Ray actor(s)")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from typing import TYPE_CHECKING
 
 from ..video import VideoError
@@ -29,7 +28,7 @@ def run_videos(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOptions
                 raise VideoError(f"output {job.out} appeared meanwhile (use --overwrite)")
             r = upscale_video(up, job.src, job.out, opts)
         except VideoInterrupted as e:
-            stats.bar.write(f"sr upscale: {e}", file=sys.stderr)
+            stats.warn(str(e))
             raise
         except (VideoError, UpscaleError) as e:
             shutil.rmtree(parts_folder(job.out), ignore_errors=True)
@@ -38,8 +37,4 @@ def run_videos(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOptions
         except OSError as e:
             stats.fail(job.src, f"writing failed ({e.strerror or e})")
             continue
-        with stats.lock:
-            if r.chosen:
-                stats.chosen[r.chosen] += 1
-            stats.bar.write(f"{job.src} -> {job.out}: {r.describe()}")
-        stats.ok(r.upscaled_pixels)  # the batch's output MP/s: what this run computed
+        stats.video_done(job, r)

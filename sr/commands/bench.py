@@ -1,12 +1,17 @@
-"""``sr bench WHAT``: benchmarks of what users run (not tests). Each lives in ``sr.bench.<what>`` with
-add_arguments/run. Research studies (training curves, ablations, budget studies, peers) are scripts
-of the checkout's research/ folder, not installed with the package."""
+"""``sr bench WHAT``: benchmarks of what users run (not tests). Each lives in the checkout's
+``benchmarks/<what>.py`` with add_arguments/run, beside research/; neither is in the wheel, so ``sr bench``
+runs them from a checkout of the source and, installed from a wheel, says how to get them."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+from ..errors import CLIError
 
 BENCHMARKS = {
     "attention": "attention family: time and peak memory vs dense, by feature-map size",
@@ -18,6 +23,30 @@ BENCHMARKS = {
     "contention": "throughput by workers x threads with and without competing CPU load (torch, openvino)",
 }
 
+NOT_INSTALLED = (
+    "the benchmarks are not part of the installed package; run sr bench from a checkout of the "
+    "source (pip install -e '.[bench]' there; docs/benchmarks.md)"
+)
+
+
+def find_checkout() -> Path | None:
+    """The source checkout holding ``benchmarks/``: the one this sr was loaded from (an editable
+    install), else the current folder; None when neither is one (a wheel install elsewhere)."""
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
+        if (root / "pyproject.toml").is_file() and (root / "benchmarks" / "__init__.py").is_file():
+            return root
+    return None
+
+
+def load_benchmark(name: str) -> ModuleType | None:
+    """``benchmarks.<name>`` from the checkout, or None where there is none."""
+    root = find_checkout()
+    if root is None:
+        return None
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return importlib.import_module(f"benchmarks.{name}")
+
 
 def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str] = ()) -> None:
     sub = p.add_subparsers(dest="bench", metavar="WHAT", required=True)
@@ -25,9 +54,17 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str] = ()) -> None:
     chosen = next((a for a in argv if a in BENCHMARKS), None)
     for name, help_text in BENCHMARKS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
-        if name == chosen:
-            importlib.import_module(f"sr.bench.{name}").add_arguments(sp)
+        if name != chosen:
+            continue
+        module = load_benchmark(name)
+        if module is None:
+            # its flags cannot be checked without it: the one line now, as a usage error is
+            p.exit(2, f"{p.prog}: error: {NOT_INSTALLED}\n")
+        module.add_arguments(sp)
 
 
 def run(args: argparse.Namespace) -> int:
-    return int(importlib.import_module(f"sr.bench.{args.bench}").run(args) or 0)
+    module = load_benchmark(args.bench)
+    if module is None:
+        raise CLIError(NOT_INSTALLED)
+    return int(module.run(args) or 0)

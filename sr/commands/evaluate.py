@@ -20,15 +20,16 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import CLIError
 from .precision import add_precision_argument
+from .weights_dir import add_weights_dir_argument, checked_weights_dir
 
 if TYPE_CHECKING:
     import torch
 
-    from ..evaluation import DegradedTarget, SetPlan, SetResult, UpscaleFn
+    from ..evaluation import BlindMean, DegradedTarget, SetPlan, SetResult, UpscaleFn
 
 # Lazy imports below keep argument errors torch-free: `sr eval --hr x --scale 99` fails in 0.2 s,
 # where importing sr.evaluation (torch) costs ~1.5 s of CPU.
@@ -58,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="'bicubic' (default), a shipped family (asa-base: its --scale model), a model name "
              "(asa-base-x2) or a .safetensors weights file",
     )
+    add_weights_dir_argument(p)
     p.add_argument("--channel", choices=("y", "rgb"), default="y", help="score Y (default) or RGB")
     p.add_argument(
         "--gray-as-rgb", action="store_true",
@@ -210,71 +212,113 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(e)) from None
 
 
+class DegradedRun(NamedTuple):
+    """What ``--degrade`` scores: the planned sets, their seed and the folder they are built in."""
+
+    targets: list[DegradedTarget]
+    seed: int
+    folder: Path
+
+
 def _evaluate(
     args: argparse.Namespace, json_path: Path | None, csv_path: Path | None, metrics: tuple[str, ...] = ()
 ) -> int:
     from tqdm import tqdm
 
-    from ..evaluation import (
-        BLIND_LEVELS,
-        blind_means,
-        build_targets,
-        describe_built,
-        load_model,
-        parse_levels,
-        plan_degraded,
-        plan_sets,
-        results_csv,
-        results_json,
-        write_file,
-    )
-    from ..evaluation.degraded import DEFAULT_SEED
+    from ..evaluation import blind_means, plan_sets, results_csv, results_json, write_file
     from ..evaluation.perceptual import min_side
 
     scale = args.scale
-    targets, seed, degrade_dir = None, None, None
-    if args.degrade is not None:
-        levels = parse_levels(args.degrade, "--degrade")
-        seed = DEFAULT_SEED if args.degrade_seed is None else args.degrade_seed
-        degrade_dir = Path(args.degrade_dir or DEFAULT_DEGRADE_DIR)
-        targets = plan_degraded(args.hr, levels, scale, degrade_dir, seed)  # checks the HR folders too
-        if min_side(metrics):  # and what the metrics need of them, before any set is built
-            plan_sets(args.hr, None, scale, min_side(metrics))
-        plans = []
-    else:
-        plans = plan_sets(args.hr, args.lr, scale, min_side(metrics))
+    degraded = _plan_degraded(args, metrics)
+    plans = [] if degraded is not None else plan_sets(args.hr, args.lr, scale, min_side(metrics))
     device = pick_device(args.device)  # checked even for bicubic, so a typo never passes silently
-    if args.model == "bicubic":
-        upscale, model_desc = None, "bicubic (MATLAB imresize)"
-    else:
-        upscale, model_desc = load_model(args.model, scale, device, args.tta, args.budget, args.precision)
-
+    upscale, model_desc = _load_upscaler(args, device)
     set_levels: dict[str, str] = {}
-    if targets is not None:
-        def built(target: DegradedTarget, manifest: dict) -> None:
-            if not args.quiet:
-                print(describe_built(target, manifest), flush=True)
-
-        build_targets(targets, scale, seed, built)  # the only writes before scoring
-        plans = plan_sets([str(t.hr_dir) for t in targets], [str(t.out) for t in targets], scale,
-                          min_side(metrics))
-        for plan, t in zip(plans, targets, strict=True):
-            plan.name = t.out.name  # <set>-<level>-x<S>, the name training logs give a --val-lr set
-            set_levels[plan.name] = t.level
-
-    chan = "Y" if args.channel == "y" else "RGB"
-    print(f"model: {model_desc}   scale: x{scale}   scored on: {chan}, {scale}-pixel border cropped")
-    if metrics:
-        print(_describe_metrics(metrics))
-    if targets is not None:
-        print(f"degraded LR: {', '.join(dict.fromkeys(t.level for t in targets))} "
-              f"(seed {seed}, sets in {degrade_dir})")
+    if degraded is not None:
+        plans, set_levels = _build_degraded(args, degraded, metrics)
+    _print_heading(args, model_desc, metrics, degraded)
     t0 = time.perf_counter()
     # On a terminal only (disable=None): a model on a large set is minutes of otherwise silent work.
     with tqdm(total=sum(len(p.pairs) for p in plans), unit="img", disable=None, file=sys.stderr,
               dynamic_ncols=True, leave=False) as bar:
         results = [_score_printed(plan, upscale, args, bar, metrics) for plan in plans]
-    blind = blind_means(results, set_levels, scale) if targets is not None else None
+    blind = blind_means(results, set_levels, scale) if degraded is not None else None
+    _print_summary(results, blind, metrics)
+    header = _results_header(args, model_desc, round(time.perf_counter() - t0, 3), metrics, degraded)
+    # Written only once everything is scored, each atomically: never a partial results file.
+    if json_path:
+        write_file(json_path, results_json(results, header, set_levels, blind).encode())
+    if csv_path:
+        write_file(csv_path, results_csv(results, blind).encode())
+    return 0
+
+
+def _plan_degraded(args: argparse.Namespace, metrics: tuple[str, ...]) -> DegradedRun | None:
+    """``--degrade``'s sets, checked (HR folders, targets, and what the metrics need of the images)
+    before any is built; None without ``--degrade``."""
+    if args.degrade is None:
+        return None
+    from ..evaluation import parse_levels, plan_degraded, plan_sets
+    from ..evaluation.degraded import DEFAULT_SEED
+    from ..evaluation.perceptual import min_side
+
+    levels = parse_levels(args.degrade, "--degrade")
+    seed = DEFAULT_SEED if args.degrade_seed is None else args.degrade_seed
+    folder = Path(args.degrade_dir or DEFAULT_DEGRADE_DIR)
+    targets = plan_degraded(args.hr, levels, args.scale, folder, seed)  # checks the HR folders too
+    if min_side(metrics):  # and what the metrics need of them, before any set is built
+        plan_sets(args.hr, None, args.scale, min_side(metrics))
+    return DegradedRun(targets, seed, folder)
+
+
+def _load_upscaler(args: argparse.Namespace, device: torch.device) -> tuple[UpscaleFn | None, str]:
+    """(upscale function, description) of ``--model``; bicubic is the protocol's own (None)."""
+    if args.model == "bicubic":
+        return None, "bicubic (MATLAB imresize)"
+    from ..evaluation import load_model
+
+    return load_model(args.model, args.scale, device, args.tta, args.budget, args.precision,
+                      weights_dir=checked_weights_dir(args.weights_dir))
+
+
+def _build_degraded(
+    args: argparse.Namespace, degraded: DegradedRun, metrics: tuple[str, ...]
+) -> tuple[list[SetPlan], dict[str, str]]:
+    """Build (or reuse) the degraded sets, the only writes before scoring; their plans, named
+    <set>-<level>-x<S>, and each set's level by that name."""
+    from ..evaluation import build_targets, describe_built, plan_sets
+    from ..evaluation.perceptual import min_side
+
+    def built(target: DegradedTarget, manifest: dict) -> None:
+        if not args.quiet:
+            print(describe_built(target, manifest), flush=True)
+
+    targets, scale = degraded.targets, args.scale
+    build_targets(targets, scale, degraded.seed, built)
+    plans = plan_sets([str(t.hr_dir) for t in targets], [str(t.out) for t in targets], scale,
+                      min_side(metrics))
+    set_levels = {}
+    for plan, t in zip(plans, targets, strict=True):
+        plan.name = t.out.name  # <set>-<level>-x<S>, the name training logs give a --val-lr set
+        set_levels[plan.name] = t.level
+    return plans, set_levels
+
+
+def _print_heading(args: argparse.Namespace, model_desc: str, metrics: tuple[str, ...],
+                   degraded: DegradedRun | None) -> None:
+    chan, scale = ("Y" if args.channel == "y" else "RGB"), args.scale
+    print(f"model: {model_desc}   scale: x{scale}   scored on: {chan}, {scale}-pixel border cropped")
+    if metrics:
+        print(_describe_metrics(metrics))
+    if degraded is not None:
+        print(f"degraded LR: {', '.join(dict.fromkeys(t.level for t in degraded.targets))} "
+              f"(seed {degraded.seed}, sets in {degraded.folder})")
+
+
+def _print_summary(results: list[SetResult], blind: list[BlindMean] | None, metrics: tuple[str, ...]) -> None:
+    """The table of every set's means, each folder's blind mean after its last set."""
+    from ..evaluation import BLIND_LEVELS
+
     width = max(12, *(len(r.plan.name) for r in results), *(len(b.name) for b in blind or []))
     print(f"\n  {'set':<{width}}  {'images':>6}  {'PSNR':>8}  {'SSIM':>7}" + _extra_header(metrics))
     last = {r.plan.hr_dir: r for r in results}  # a folder's blind mean follows its last set
@@ -287,14 +331,18 @@ def _evaluate(
     if blind:
         print(f"\n  blind mean = the mean of a folder's {', '.join(BLIND_LEVELS)} sets scored here")
 
+
+def _results_header(args: argparse.Namespace, model_desc: str, seconds: float, metrics: tuple[str, ...],
+                    degraded: DegradedRun | None) -> dict:
+    """The run's description at the top of --json (what was scored, how, and how long it took)."""
     header = {
         "model": args.model,
         "description": model_desc,
-        "scale": scale,
+        "scale": args.scale,
         "channel": args.channel,
         "gray_as_rgb": args.gray_as_rgb,
-        "crop_border": scale,
-        "seconds": round(time.perf_counter() - t0, 3),
+        "crop_border": args.scale,
+        "seconds": seconds,
     }
     if metrics:
         from ..evaluation.perceptual import BASE_METRICS, CVVDP_DISPLAY
@@ -302,12 +350,7 @@ def _evaluate(
         header["metrics"] = [*BASE_METRICS, *metrics]
         if "cvvdp" in metrics:
             header["cvvdp_display"] = CVVDP_DISPLAY
-    if targets is not None:
-        header["degrade"] = {"levels": list(dict.fromkeys(t.level for t in targets)), "seed": seed,
-                             "dir": str(degrade_dir)}
-    # Written only once everything is scored, each atomically: never a partial results file.
-    if json_path:
-        write_file(json_path, results_json(results, header, set_levels, blind).encode())
-    if csv_path:
-        write_file(csv_path, results_csv(results, blind).encode())
-    return 0
+    if degraded is not None:
+        header["degrade"] = {"levels": list(dict.fromkeys(t.level for t in degraded.targets)),
+                             "seed": degraded.seed, "dir": str(degraded.folder)}
+    return header

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .. import terms, weights
+from .. import terms
 from ..descriptor import ModelDescriptor
 from ..descriptor import preset_of as preset_of  # moved there; tests and callers import it from here
 from ..errors import CLIError
@@ -24,8 +24,10 @@ from ..weights import (
     loaded,
     resolve_weights,
     shipped_models,
+    weights_folder,
 )
 from ..weights import describe as describe_weights
+from .weights_dir import add_weights_dir_argument, checked_weights_dir
 
 # Imports are at the top: the descriptor already imports torch, so none of them adds start-up time.
 
@@ -70,6 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--size", default="1280x720", metavar="WxH",
         help="output size that MACs are counted for (default 1280x720)",
     )
+    add_weights_dir_argument(p)
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -102,11 +105,12 @@ def _macs_line(model: SRNet, hw: tuple[int, int]) -> str:
     return f"{macs / 1e9:.2f} G for a {w * s}x{h * s} output ({w}x{h} input)"
 
 
-def load_all(name: str) -> list[ModelDescriptor]:
-    """A shipped family's models (network loaded), smallest scale first; else :func:`load`'s one."""
+def load_all(name: str, weights_dir: Path | None = None) -> list[ModelDescriptor]:
+    """A family's models in ``weights_dir`` (default: the shipped weights; network loaded), smallest
+    scale first; else :func:`load`'s one."""
     if not name.endswith(".safetensors") and not Path(name).exists():
         try:
-            _, found = find_models(name)
+            _, found = find_models(name, weights_dir)
         except WeightsError:
             found = {}
         if len(found) > 1:
@@ -114,22 +118,22 @@ def load_all(name: str) -> list[ModelDescriptor]:
                 return [loaded(found[s]) for s in sorted(found)]
             except WeightsError as e:
                 raise CLIError(str(e)) from None
-    return [load(name)]
+    return [load(name, weights_dir)]
 
 
-def load(name: str) -> ModelDescriptor:
-    """The descriptor (network loaded) of a weights path or shipped name, else of a preset name
-    (random weights, no metadata)."""
+def load(name: str, weights_dir: Path | None = None) -> ModelDescriptor:
+    """The descriptor (network loaded) of a weights path or a name in ``weights_dir`` (default: the
+    shipped weights), else of a preset name (random weights, no metadata)."""
     path_like = name.endswith(".safetensors") or Path(name).exists()
     try:
-        path = resolve_weights(name)
+        path = resolve_weights(name, weights_dir)
     except WeightsError as e:
         if path_like:
             raise CLIError(str(e)) from None
         try:
             parse_name(name)
         except ValueError:
-            shipped = ", ".join(p.stem for p in shipped_models()) or "none"
+            shipped = ", ".join(p.stem for p in shipped_models(weights_dir)) or "none"
             presets = ", ".join(f"{p}-x{{2,3,4}}" for p in PRESETS)
             raise CLIError(
                 f"unknown model {name!r}: not a weights file, a shipped model ({shipped}) "
@@ -220,9 +224,9 @@ def estimated_macs(model: SRNet, hw: tuple[int, int]) -> float:
     return count_macs(model, probe) * (hw[0] * hw[1]) / (probe[0] * probe[1])
 
 
-def table_all(hw: tuple[int, int]) -> list[list[str]]:
+def table_all(hw: tuple[int, int], weights_dir: Path | None = None) -> list[list[str]]:
     shipped: dict[str, list[str]] = {}  # "<preset>-x<scale>" -> the shipped files of that network
-    for d in catalog():
+    for d in catalog(weights_dir):
         tag = f"{d.name} (experimental)" if d.meta.get("experimental") else d.name
         shipped.setdefault(f"{d.preset}-x{d.scale}", []).append(tag)
     rows = [["model", "channels", "blocks", "attention", "params", "GMACs (est.)", "weights"]]
@@ -242,15 +246,15 @@ def table_all(hw: tuple[int, int]) -> list[list[str]]:
     return rows
 
 
-def shipped_lines() -> list[str]:
-    """The shipped models by family: scales, params, one PSNR line and the data's terms, from the
-    files' metadata alone (no network is built: fast)."""
+def shipped_lines(weights_dir: Path | None = None) -> list[str]:
+    """The models of ``weights_dir`` (default: the shipped weights) by family: scales, params, one
+    PSNR line and the data's terms, from the files' metadata alone (no network is built: fast)."""
+    folder = weights_folder(weights_dir)
     families: dict[str, list[ModelDescriptor]] = {}
-    for desc in catalog():
+    for desc in catalog(folder):
         families.setdefault(desc.family, []).append(desc)
     if not families:
-        return [f"no shipped models in {weights.WEIGHTS_DIR}"]
-    folder = weights.WEIGHTS_DIR
+        return [f"no shipped models in {folder}"]
     lines = [f"shipped models ({folder}); sr info NAME for one in full, --all for every preset;",
              f"what the terms mean for you: the model card, {folder / 'README.md'}, Licence and terms"]
     width = max(len(f) for f in families)
@@ -294,11 +298,12 @@ def run(args: argparse.Namespace) -> int:
     hw = parse_size(args.size)
     if args.all and args.model:
         raise CLIError("give either a MODEL or --all")
+    weights_dir = checked_weights_dir(args.weights_dir)
     if not args.all and not args.model:
-        print("\n".join(shipped_lines()))
+        print("\n".join(shipped_lines(weights_dir)))
         return 0
     if args.all:
-        rows = table_all(hw)
+        rows = table_all(hw, weights_dir)
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         print(f"MACs for a {hw[1]}x{hw[0]} output, estimated from {MACS_PROBE_MIN_SIDE} px a side up: "
               f"counted for an output {MACS_PROBE_SHRINK}x smaller per side and scaled by the area "
@@ -307,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
             cells = (c.rjust(wd) if c[:1].isdigit() else c.ljust(wd) for c, wd in zip(r, widths, strict=True))
             print("  ".join(cells).rstrip())
         return 0
-    for i, desc in enumerate(load_all(args.model)):
+    for i, desc in enumerate(load_all(args.model, weights_dir)):
         # The model's public name (its weights file's stem), not the training run's ("x2-extra"):
         # that one is the "trained as" line.
         print(("\n" if i else "") + (desc.name if desc.path else args.model))

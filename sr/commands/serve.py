@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import AUTO_MODEL, DEFAULT_CHOICE, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from ..errors import CLIError
 from .precision import add_precision_argument
+from .weights_dir import add_weights_dir_argument
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       f"(per upload: {PHOTO_MODEL} for lossy files below quality {NEAR_LOSSLESS_QUALITY}, else asa-base; "
       "docs/upscaling.md) or a .safetensors file "
       f"[SR_MODEL; {DEFAULT_CHOICE}]")
-    a("--weights-dir", default=None, help="folder of <model>-x<scale>.safetensors [SR_WEIGHTS_DIR]")
+    add_weights_dir_argument(p, from_env=False)  # Settings.from_env reads SR_WEIGHTS_DIR
     a("--device", default=None, help="auto | cpu | cuda | cuda:N | mps [SR_DEVICE; auto]")
     add_precision_argument(p, default=None, note=" [SR_PRECISION; auto]")
     a("--workers", type=int, default=None, help="inference jobs run at once [SR_WORKERS; 1]")

@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 
 from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL, NATURAL_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
+from ..errors import CLIError
 from ..io import DEFAULT_MAX_PIXELS
 from ..request import ALPHA_MODES, DEFAULT_TILE_OVERLAP, parse_denoise, parse_look
 from .precision import add_precision_argument
+from .weights_dir import add_weights_dir_argument, checked_weights_dir
 
 
 def format_choices() -> tuple[str, ...]:
@@ -40,12 +42,28 @@ def look_arg(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Every flag, in the order ``sr upscale --help`` lists them."""
+    add_input_arguments(p)
+    add_model_arguments(p)
+    add_size_arguments(p)
+    add_engine_arguments(p)
+    add_output_arguments(p)
+    add_video_arguments(p)
+    add_ray_arguments(p)
+
+
+def add_input_arguments(p: argparse.ArgumentParser) -> None:
+    """What to read and where to write: INPUT..., -o, -r."""
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="image or video files, folders or glob patterns")
     p.add_argument("-o", "--output", required=True, metavar="OUTDIR",
                    help="output folder (created if missing)")
     p.add_argument("-r", "--recursive", action="store_true",
                    help="scan folders recursively, keeping the sub-folder tree in OUTDIR (and ** in globs)")
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """Which model, and how it is blended: -m, --weights-dir, --denoise, --look; and -v."""
     p.add_argument("-m", "--model", default=DEFAULT_CHOICE,
                    help=f"'{AUTO_MODEL}' (per input file, read from the file itself: {PHOTO_MODEL} for "
                         f"lossy files, JPEG or WebP below quality {NEAR_LOSSLESS_QUALITY}; {DEFAULT_MODEL} "
@@ -54,6 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"on blurred, noisy, JPEG-compressed inputs; {NATURAL_MODEL}: its GAN fine-tune, "
                         "natural texture), a full name "
                         f"({DEFAULT_MODEL}-x2) or a .safetensors file (default: {DEFAULT_CHOICE})")
+    add_weights_dir_argument(p)
     p.add_argument("--denoise", type=denoise_arg, default=None, metavar="D",
                    help=f"0..1, with --model {PHOTO_MODEL} or {AUTO_MODEL} only: run {PHOTO_MODEL} "
                         f"blended with {DEFAULT_MODEL} of the same scale, every weight "
@@ -69,6 +88,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print each written file with the model it got (with auto: why) and its decode, "
                         "upscale and encode seconds, then those summed over the batch")
+
+
+def add_size_arguments(p: argparse.ArgumentParser) -> None:
     size = p.add_argument_group("output size (default: the model's smallest scale)")
     size.add_argument("-s", "--scale", type=int, choices=(2, 3, 4), help="model scale to use")
     size.add_argument("--outscale", type=float, metavar="S",
@@ -77,6 +99,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="output width in pixels (height follows the aspect unless given)")
     size.add_argument("--height", type=int,
                       help="output height in pixels (width follows the aspect unless given)")
+
+
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    """How the network runs: tiling, device, threads, attention path, precision, compile."""
     p.add_argument("--tile", default="auto",
                    help="tile size in input pixels: 'auto' (from free memory), 0 = whole image, or e.g. 256")
     p.add_argument("--tile-overlap", type=int, default=DEFAULT_TILE_OVERLAP, metavar="PX",
@@ -92,6 +118,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true",
                    help="run the network through torch.compile (static path; the first tile of each "
                         "run pays the compilation; measured by sr bench paths)")
+
+
+def add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """What is written: format, quality, names, TTA, alpha, existing outputs, budget maps, limits."""
     written = "/".join(format_choices()[:-1])
     p.add_argument("-f", "--format", default="png", choices=format_choices(),
                    help=f"output format; 'same' keeps {written} inputs' format (others become png)")
@@ -114,6 +144,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(inferno, black = no attention, pale yellow = the model's k_max regions)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
                    help=f"refuse inputs with more pixels than this (default {DEFAULT_MAX_PIXELS})")
+
+
+def add_video_arguments(p: argparse.ArgumentParser) -> None:
     video = p.add_argument_group("video inputs (need PyAV: pip install av; docs/video.md)")
     video.add_argument("--video-codec", default="h264", choices=("h264", "h265", "av1", "vp9"),
                        help="output video codec (default h264, yuv420p; sound and subtitles are copied)")
@@ -121,6 +154,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="output quality, lower is better (default: visually lossless, 18 for h264)")
     video.add_argument("--frames", default=None, metavar="A:B",
                        help="only frames A to B-1 (a trial run on part of a clip)")
+
+
+def add_ray_arguments(p: argparse.ArgumentParser) -> None:
     cluster = p.add_argument_group("Ray (needs Ray Data: pip install 'ray[data]'; docs/cluster.md)")
     cluster.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                          help="run on Ray Data: a local Ray without ADDRESS (or RAY_ADDRESS), else join "
@@ -130,8 +166,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                               "else its CPUs / --threads)")
 
 
+def flag(field: str) -> str:
+    """The flag of a batch or request field (``alpha_mode`` -> ``--alpha-mode``): how sr upscale's
+    messages name the option a BatchError is about."""
+    return "--" + field.replace("_", "-")
+
+
 def run(args: argparse.Namespace) -> int:
     # imported here, not at the top: argument errors are decided before torch is imported
-    from ..batch import BatchOptions, run_batch
+    from ..batch import BatchError, BatchOptions, run_batch
 
-    return run_batch(BatchOptions.from_namespace(args))
+    checked_weights_dir(args.weights_dir)  # a folder that is not there: one line, before any input is read
+    try:
+        return run_batch(BatchOptions.from_namespace(args), prog="sr upscale")
+    except BatchError as e:
+        raise CLIError(e.message(flag), code=e.code) from None

@@ -3,6 +3,8 @@ budget and number type applied, wrapped as the :data:`~.protocol.UpscaleFn` the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from ..descriptor import ModelDescriptor
@@ -14,9 +16,10 @@ from .sets import EvaluationError
 
 def load_model(
     name: str, scale: int, device: torch.device, tta: bool = False, budget: float | None = None,
-    precision: str = "fp32",
+    precision: str = "fp32", weights_dir: str | Path | None = None,
 ) -> tuple[UpscaleFn, str]:
-    """(upscale function, one-line description) for a model name, family or weights file.
+    """(upscale function, one-line description) for a model name, family or weights file (names are
+    looked up in ``weights_dir``, default: the shipped weights).
 
     ``budget`` overrides the adaptive attention's mean number of key regions per query region.
     ``precision``: the network's dtype, as the engine resolves it for this model (auto included).
@@ -24,7 +27,8 @@ def load_model(
     take the budget or precision asked for.
     """
     try:
-        family, found = find_models(name)  # a file, a model name, or a family (asa-deep: each scale)
+        # a file, a model name, or a family (asa-deep: each scale)
+        family, found = find_models(name, weights_dir)
         if scale not in found:
             (only,) = found.values() if len(found) == 1 else (None,)
             if only is not None and (only.path.stem == family or name.endswith(".safetensors")):

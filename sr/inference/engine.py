@@ -43,7 +43,7 @@ from .precision import (
     resolve_dtype,
 )
 from .resample import resize_to
-from .tiling import ProgressFn, TileFn, fastest_tile, min_tile, plan_axis, run_tiled
+from .tiling import ProgressFn, TileFn, fastest_tile, min_tile, parse_tile, plan_axis, run_tiled
 
 MAX_PASSES = 8
 # A hard stop for absurd requests (1x1 -> outscale 1e5): the float32 output alone would not fit.
@@ -306,18 +306,12 @@ class Upscaler:
 
     # -- construction ------------------------------------------------------------------------
     def _parse_tile(self, tile: int | str | None) -> int | str | None:
-        if tile is None or tile == 0 or tile == "0":
-            return None
-        if tile == "auto":
-            return "auto"
         try:
-            value = int(tile)
-        except (TypeError, ValueError):
-            raise UpscaleError(f"tile must be 'auto', 0 (off) or a size in pixels, got {tile!r}") from None
-        if isinstance(tile, bool) or value < 0 or (isinstance(tile, float) and tile != value):
-            raise UpscaleError(f"tile must be 'auto', 0 (off) or a size in pixels, got {tile!r}")
-        if value == 0:
-            return None
+            value = None if tile is None else parse_tile(tile)
+        except ValueError as e:
+            raise UpscaleError(str(e)) from None
+        if value == "auto" or not value:
+            return value or None
         if value < min_tile(self.tile_overlap, 1):
             raise UpscaleError(
                 f"tile {value} is too small for tile_overlap {self.tile_overlap}: "
@@ -455,6 +449,11 @@ class Upscaler:
         return self._auto.choose(source, img) if self._auto is not None else None
 
     # -- planning ----------------------------------------------------------------------------
+    def check_scale(self, scale: int | None) -> None:
+        """UpscaleError unless this engine runs ``scale`` (None: its default one), checked before any
+        input is read: the same refusal :meth:`plan_size` gives."""
+        self.plan_size(1, 1, scale=scale)
+
     def plan_size(
         self, h: int, w: int, scale: int | None = None, outscale: float | None = None,
         width: int | None = None, height: int | None = None,

@@ -234,37 +234,89 @@ def cpu_threads(requested: int, world: int) -> int:
     return requested or max(1, usable_cpus() // world)
 
 
+def check_config(cfg: TrainConfig) -> None:
+    """ValueError for a configuration that cannot train, before any data is read or process set up."""
+    if not 0 <= cfg.cycle_start < cfg.steps:
+        raise ValueError(f"--cycle-start {cfg.cycle_start} must lie in [0, --steps {cfg.steps})")
+    check_rescale(cfg.rescale)
+    check_rgb_perm(cfg.rgb_perm)
+    if cfg.gan_weight < 0 or cfg.snapshot_every < 0:
+        raise ValueError("--gan-weight and --snapshot-every must be >= 0")
+    if cfg.gan_weight > 0 and (cfg.patch * cfg.scale) % 8:
+        raise ValueError(f"--gan-weight needs an HR patch side (--patch x --scale = "
+                         f"{cfg.patch * cfg.scale}) that is a multiple of 8 (the discriminator's "
+                         "three stride-2 steps)")
+    if cfg.loss not in LOSS_CHOICES:
+        raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(LOSS_CHOICES)}")
+    if cfg.degrade:
+        training_config(cfg.degrade)  # an unknown name fails here, before any data is read
+        if cfg.rescale:
+            raise ValueError("--rescale applies to the clean image pairs; the --degrade pool does not "
+                             "take it (leave one of them out)")
+    if cfg.val_lr and len(cfg.val_lr) != len(cfg.val):
+        raise ValueError(f"--val-lr needs one folder per --val folder ({len(cfg.val)} --val, "
+                         f"{len(cfg.val_lr)} --val-lr)")
+    val_names = [val_set_name(hr, lr) for hr, lr in zip(cfg.val, cfg.val_lr or [None] * len(cfg.val),
+                                                            strict=True)]
+    if len(set(val_names)) < len(val_names):  # the names key the logged and ranked results
+        raise ValueError(f"--val folders need distinct names, got: {', '.join(val_names)}")
+    if val_names and cfg.best_on != "mean" and cfg.best_on not in val_names:
+        raise ValueError(
+            f"--best-on {cfg.best_on!r} names no --val set; use mean or one of: {', '.join(val_names)}"
+        )
+
+
+class _LogWindow:
+    """The sums over the steps since the last log line. Loss and budget add up on the device and
+    are read at each log line: a read every step would make the host wait for the GPU to finish it
+    before queueing the next one."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.zero = torch.zeros((), device=device)
+        self.reset(time.time())
+
+    def reset(self, now: float) -> None:
+        self.t_last, self.loss_sum, self.budget_sum, self.n = now, self.zero.clone(), self.zero.clone(), 0
+        self.data_seconds = 0.0  # time spent waiting for batches
+        self.extra_sums: dict[str, torch.Tensor] = {}  # the perceptual fine-tune's loss terms, likewise
+
+    def add(self, pixel: torch.Tensor, aux: dict) -> None:
+        self.loss_sum += pixel
+        for key in ("gan", "feature", "artefact", "disc"):
+            if key in aux:
+                self.extra_sums[key] = self.extra_sums.get(key, self.zero) + aux[key].float()
+        maps = aux.get("budget_maps")
+        if maps:
+            self.budget_sum += torch.stack([m.detach().float().mean() for m in maps]).mean()
+        self.n += 1
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
-        if not 0 <= cfg.cycle_start < cfg.steps:
-            raise ValueError(f"--cycle-start {cfg.cycle_start} must lie in [0, --steps {cfg.steps})")
-        check_rescale(cfg.rescale)
-        check_rgb_perm(cfg.rgb_perm)
-        if cfg.gan_weight < 0 or cfg.snapshot_every < 0:
-            raise ValueError("--gan-weight and --snapshot-every must be >= 0")
-        if cfg.gan_weight > 0 and (cfg.patch * cfg.scale) % 8:
-            raise ValueError(f"--gan-weight needs an HR patch side (--patch x --scale = "
-                             f"{cfg.patch * cfg.scale}) that is a multiple of 8 (the discriminator's "
-                             "three stride-2 steps)")
-        if cfg.loss not in LOSS_CHOICES:
-            raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(LOSS_CHOICES)}")
-        if cfg.degrade:
-            training_config(cfg.degrade)  # an unknown name fails here, before any data is read
-            if cfg.rescale:
-                raise ValueError("--rescale applies to the clean image pairs; the --degrade pool does not "
-                                 "take it (leave one of them out)")
-        if cfg.val_lr and len(cfg.val_lr) != len(cfg.val):
-            raise ValueError(f"--val-lr needs one folder per --val folder ({len(cfg.val)} --val, "
-                             f"{len(cfg.val_lr)} --val-lr)")
-        val_names = [val_set_name(hr, lr) for hr, lr in zip(cfg.val, cfg.val_lr or [None] * len(cfg.val),
-                                                                strict=True)]
-        if len(set(val_names)) < len(val_names):  # the names key the logged and ranked results
-            raise ValueError(f"--val folders need distinct names, got: {', '.join(val_names)}")
-        if val_names and cfg.best_on != "mean" and cfg.best_on not in val_names:
-            raise ValueError(
-                f"--best-on {cfg.best_on!r} names no --val set; use mean or one of: {', '.join(val_names)}"
-            )
+        check_config(cfg)
         self.cfg = cfg
+        bf16 = self._set_up_processes()
+        torch.manual_seed(cfg.seed)
+        self.is_main = self.rank == 0
+        self.hardware = training_hardware(self.device, self.world)  # sr export records it
+        self.run_dir = cfg.run_dir
+        self.stop_requested = False
+        self._build(bf16)
+        self.best: dict = {}
+        self.last_val: dict = {}  # latest validation {"step", "results"}: an export of last.pt cites it
+        self.elapsed = 0.0  # training seconds over all sessions (for the model card)
+        self.cpu_elapsed = 0.0  # CPU seconds of the training steps over all sessions (--cpu-hours)
+        self.lineage: dict = {}  # the --init weights' own training (init_lineage)
+        self._start_from(resume)
+        if self.world > 1:
+            self.net = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+
+    def _set_up_processes(self) -> bool:
+        """This process's rank, world and device (torchrun's, under DDP: its process group joined)
+        and its threads; whether the steps run under bf16 autocast."""
+        cfg = self.cfg
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.device = resolve_device(cfg.device)
@@ -285,17 +337,11 @@ class Trainer:
             torch.set_num_threads(cpu_threads(cfg.threads, self.world))
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # fixed patch shapes: tune each conv once
-        torch.manual_seed(cfg.seed)
-        self.is_main = self.rank == 0
-        self.hardware = training_hardware(self.device, self.world)  # sr export records it
-        self.run_dir = cfg.run_dir
-        self.stop_requested = False
-        self._build(bf16)
-        self.best: dict = {}
-        self.last_val: dict = {}  # latest validation {"step", "results"}: an export of last.pt cites it
-        self.elapsed = 0.0  # training seconds over all sessions (for the model card)
-        self.cpu_elapsed = 0.0  # CPU seconds of the training steps over all sessions (--cpu-hours)
-        self.lineage: dict = {}  # the --init weights' own training (init_lineage)
+        return bf16
+
+    def _start_from(self, resume: bool) -> None:
+        """Resume from last.pt, refuse a folder that holds another run, or start from --init."""
+        cfg = self.cfg
         if resume:
             self._load(self.run_dir / "last.pt")
         elif (self.run_dir / "last.pt").exists() or (self.run_dir / "log.jsonl").exists():
@@ -310,10 +356,6 @@ class Trainer:
             self.lineage = init_lineage(cfg.init, self.model, cfg.init_layers)
             self.log_line(
                 {"event": "init", "from": cfg.init, "fresh_tensors": missing, "lineage": self.lineage}
-            )
-        if self.world > 1:
-            self.net = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
 
     @classmethod
@@ -489,6 +531,31 @@ class Trainer:
                 "no training data: give --train DIR [DIR ...] (folders of HR images; "
                 "or train = [...] in the --config file)"
             )
+        loader = self._start_run()
+        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        bar = tqdm(total=cfg.steps, initial=self.step, disable=not (self.is_main and sys.stderr.isatty()))
+        timed_out = False
+        try:
+            timed_out = self._train_steps(loader, bar, stop_at)
+            self.save()
+            if self.world > 1:
+                # tearing gloo down while the other rank is still saving aborted a rank now and then
+                # (SIGABRT, "terminate called without an active exception"); meet first, then destroy
+                dist.barrier()
+        finally:
+            bar.close()
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+            if self.world > 1:
+                dist.destroy_process_group()
+        if (self.stop_requested or timed_out) and self.is_main:
+            self._say_stopped(timed_out)
+        return self.best
+
+    def _start_run(self) -> torch.utils.data.DataLoader:
+        """The training data's loader from the current step; on the main process, the run folder
+        with its config.json and the log's start line."""
+        cfg = self.cfg
         pairs, data_info = training_pairs(cfg)
         dataset = PatchDataset(pairs, cfg.scale, cfg.patch)
         sampler = PatchSampler(
@@ -508,87 +575,70 @@ class Trainer:
                 "world": self.world, "threads": torch.get_num_threads(), "amp": self.autocast["enabled"],
                 "host": platform.processor() or platform.machine(),
             })
-        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        bar = tqdm(total=cfg.steps, initial=self.step, disable=not (self.is_main and sys.stderr.isatty()))
-        # loss and budget add up on the device and are read at each log line: a read every step
-        # would make the host wait for the GPU to finish it before queueing the next one
-        zero = torch.zeros((), device=self.device)
-        t_last, loss_sum, budget_sum, n = time.time(), zero.clone(), zero.clone(), 0
+        return loader
+
+    def _train_steps(self, loader: torch.utils.data.DataLoader, bar: tqdm, stop_at: int | None) -> bool:
+        """Run the steps ``loader`` yields, logging, validating and saving on their schedules, until
+        the last step, ``stop_at``, a stop request or the time limit; whether the time ran out."""
+        cfg = self.cfg
+        window = _LogWindow(self.device)
         deadline = time.time() + cfg.time_limit * 60 if cfg.time_limit > 0 else None
-        timed_out = False
         cpu_last = time.process_time()
-        data_seconds, t_fetch = 0.0, time.time()  # time spent waiting for batches since the last log line
-        extra_sums: dict[str, torch.Tensor] = {}  # the perceptual fine-tune's loss terms, summed likewise
-        try:
-            for lr_img, hr_img in loader:
-                data_seconds += time.time() - t_fetch
-                lr_now = lr_at(self.step, cfg, self.cpu_elapsed)
-                for g in self.opt.param_groups:
-                    g["lr"] = lr_now
-                lr_img, hr_img = lr_img.to(self.device, non_blocking=True), hr_img.to(self.device)
-                pixel, aux = self.train_step(lr_img, hr_img)
-                cpu_now = time.process_time()  # the process's CPU time: all threads, data loading included
-                self.cpu_elapsed, cpu_last = self.cpu_elapsed + cpu_now - cpu_last, cpu_now
-                loss_sum += pixel
-                for key in ("gan", "feature", "artefact", "disc"):
-                    if key in aux:
-                        extra_sums[key] = extra_sums.get(key, zero) + aux[key].float()
-                maps = aux.get("budget_maps")
-                if maps:
-                    budget_sum += torch.stack([m.detach().float().mean() for m in maps]).mean()
-                n += 1
-                bar.update(1)
-                if self.step % cfg.log_every == 0 or self.step == cfg.steps:
-                    loss_mean, budget_mean = loss_sum.item() / n, budget_sum.item() / n  # GPU: waits
-                    now = time.time()
-                    self.elapsed += now - t_last
-                    rec = {
-                        "step": self.step, "loss": loss_mean, "lr": lr_now, "budget_mean": budget_mean,
-                        "it_s": n / (now - t_last), "seconds": round(self.elapsed, 1),
-                        "cpu_seconds": round(self.cpu_elapsed, 1),
-                        # the share of the wall time spent waiting for data: must stay small (< ~15%)
-                        "data_share": round(data_seconds / max(1e-9, now - t_last), 4),
-                        **{k: v.item() / n for k, v in extra_sums.items()},
-                    }
-                    bar.set_postfix(loss=f"{rec['loss']:.4f}", it_s=f"{rec['it_s']:.2f}")
-                    self.log_line(rec)
-                    t_last, loss_sum, budget_sum, n = now, zero.clone(), zero.clone(), 0
-                    data_seconds, extra_sums = 0.0, {}
-                if self.step % cfg.val_every == 0 or self.step == cfg.steps:
+        t_fetch = time.time()
+        for lr_img, hr_img in loader:
+            window.data_seconds += time.time() - t_fetch
+            lr_now = lr_at(self.step, cfg, self.cpu_elapsed)
+            for g in self.opt.param_groups:
+                g["lr"] = lr_now
+            lr_img, hr_img = lr_img.to(self.device, non_blocking=True), hr_img.to(self.device)
+            pixel, aux = self.train_step(lr_img, hr_img)
+            cpu_now = time.process_time()  # the process's CPU time: all threads, data loading included
+            self.cpu_elapsed, cpu_last = self.cpu_elapsed + cpu_now - cpu_last, cpu_now
+            window.add(pixel, aux)
+            bar.update(1)
+            if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+                self._log_window(window, lr_now, bar)
+            if self.step % cfg.val_every == 0 or self.step == cfg.steps:
+                self._validate()
+                window.t_last, cpu_last = time.time(), time.process_time()  # validation is not training
+                window.data_seconds = 0.0
+            if self.step % cfg.ckpt_every == 0:
+                self.save()
+            if cfg.snapshot_every and self.step % cfg.snapshot_every == 0:
+                self.save_snapshot()
+            if self._agree_to_stop(deadline):
+                if self.last_val.get("step") != self.step:  # best.pt must not miss the last steps
                     self._validate()
-                    t_last, cpu_last = time.time(), time.process_time()  # validation is not training
-                    data_seconds = 0.0
-                if self.step % cfg.ckpt_every == 0:
-                    self.save()
-                if cfg.snapshot_every and self.step % cfg.snapshot_every == 0:
-                    self.save_snapshot()
-                timed_out = self._agree_to_stop(deadline)
-                if timed_out:
-                    if self.last_val.get("step") != self.step:  # best.pt must not miss the last steps
-                        self._validate()
-                    break
-                if self.stop_requested or self.step == stop_at:
-                    break
-                t_fetch = time.time()
-            self.save()
-            if self.world > 1:
-                # tearing gloo down while the other rank is still saving aborted a rank now and then
-                # (SIGABRT, "terminate called without an active exception"); meet first, then destroy
-                dist.barrier()
-        finally:
-            bar.close()
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
-            if self.world > 1:
-                dist.destroy_process_group()
-        if (self.stop_requested or timed_out) and self.is_main:
-            why = ""
-            if timed_out:
-                why = (f"CPU budget of {cfg.cpu_hours:g} h reached: " if self._cpu_budget_spent()
-                       else f"time limit of {cfg.time_limit:g} min reached: ")
-            where = self.run_dir / "last.pt"
-            print(f"{why}stopped at step {self.step}; checkpoint in {where}", file=sys.stderr)
-        return self.best
+                return True
+            if self.stop_requested or self.step == stop_at:
+                break
+            t_fetch = time.time()
+        return False
+
+    def _log_window(self, window: _LogWindow, lr_now: float, bar: tqdm) -> None:
+        """Log the steps since the last log line (their mean loss, budget, speed), then start anew."""
+        loss_mean, budget_mean = window.loss_sum.item() / window.n, window.budget_sum.item() / window.n
+        now = time.time()  # the .item() reads above wait for the GPU
+        self.elapsed += now - window.t_last
+        rec = {
+            "step": self.step, "loss": loss_mean, "lr": lr_now, "budget_mean": budget_mean,
+            "it_s": window.n / (now - window.t_last), "seconds": round(self.elapsed, 1),
+            "cpu_seconds": round(self.cpu_elapsed, 1),
+            # the share of the wall time spent waiting for data: must stay small (< ~15%)
+            "data_share": round(window.data_seconds / max(1e-9, now - window.t_last), 4),
+            **{k: v.item() / window.n for k, v in window.extra_sums.items()},
+        }
+        bar.set_postfix(loss=f"{rec['loss']:.4f}", it_s=f"{rec['it_s']:.2f}")
+        self.log_line(rec)
+        window.reset(now)
+
+    def _say_stopped(self, timed_out: bool) -> None:
+        why = ""
+        if timed_out:
+            why = (f"CPU budget of {self.cfg.cpu_hours:g} h reached: " if self._cpu_budget_spent()
+                   else f"time limit of {self.cfg.time_limit:g} min reached: ")
+        where = self.run_dir / "last.pt"
+        print(f"{why}stopped at step {self.step}; checkpoint in {where}", file=sys.stderr)
 
     def _cpu_budget_spent(self) -> bool:
         return self.cfg.cpu_hours > 0 and self.cpu_elapsed >= self.cfg.cpu_hours * 3600

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from sr.batch import BatchError
 from sr.cli import main
-from sr.errors import CLIError
 from sr.io import read_image
 
 REPO = Path(__file__).resolve().parents[2]
@@ -233,9 +233,9 @@ def test_pool_plan_uses_gpus_where_the_cluster_has_them():
     opts = replace(opts, device="cpu")
     assert pool_plan(opts, {"CPU": 16.0, "GPU": 4.0}) == (4, {"num_cpus": 4})
     assert pool_plan(replace(opts, ray_actors=2), {"CPU": 16.0}) == (2, {"num_cpus": 4})
-    with pytest.raises(CLIError, match="5 Ray actors need 20 CPUs"):
+    with pytest.raises(BatchError, match="5 Ray actors need 20 CPUs"):
         pool_plan(replace(opts, ray_actors=5), {"CPU": 16.0})
-    with pytest.raises(CLIError, match="need 5 GPUs"):
+    with pytest.raises(BatchError, match="need 5 GPUs"):
         pool_plan(replace(opts, ray_actors=5, device="cuda", threads=None), {"CPU": 16.0, "GPU": 4.0})
 
 

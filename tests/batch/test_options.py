@@ -8,9 +8,8 @@ from dataclasses import fields
 import pytest
 
 from sr import DEFAULT_CHOICE
-from sr.batch import BatchOptions
-from sr.commands.upscale import add_arguments
-from sr.errors import CLIError
+from sr.batch import BatchError, BatchOptions
+from sr.commands.upscale import add_arguments, flag
 from sr.request import UpscaleRequest
 
 
@@ -44,9 +43,11 @@ def test_arguments_become_the_request() -> None:
 ])
 def test_checked_says_the_requests_message_with_the_flag(argv: tuple[str, ...], message: str) -> None:
     opts = _parse(*argv)
-    with pytest.raises(CLIError) as e:
+    with pytest.raises(BatchError) as e:
         opts.checked()
-    assert str(e.value) == message
+    assert e.value.message(flag) == message
+    assert str(e.value) == message.replace("--", "")  # the batch's own words: field names
+    assert flag(e.value.field) in message  # the field at fault
     with pytest.raises(ValueError) as plain:  # the same sentence, field names for flags
         opts.request.validate()
     assert str(plain.value) == message.replace("--", "")
@@ -56,7 +57,9 @@ def test_checked_keeps_the_batchs_own_checks() -> None:
     for argv, message in ((("--tile", "big"), "--tile must be"),
                           (("--threads", "0"), "--threads must be >= 1"),
                           (("--suffix", "a/b"), "--suffix must not contain")):
-        with pytest.raises(CLIError, match=message):
+        with pytest.raises(BatchError) as e:
             _parse(*argv).checked()
-    with pytest.raises(CLIError, match="budget maps"):
+        assert e.value.message(flag).startswith(message)
+        assert e.value.field == argv[0].removeprefix("--") and str(e.value).startswith(message[2:])
+    with pytest.raises(BatchError, match="budget maps"):
         BatchOptions(inputs=(), output="o", request=UpscaleRequest(budget_map=True)).checked()

@@ -272,13 +272,11 @@ def test_errors_as_a_process(sets: dict[str, Path], tmp_path: Path) -> None:
 
 
 def test_a_family_name_takes_the_model_of_the_scale(capsys: pytest.CaptureFixture, sets: dict[str, Path],
-                                                     weights: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sr.weights
-
-    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", weights.parent)  # holds tiny-x2 only
-    code, out, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", "tiny", "-q")
+                                                     weights: Path) -> None:
+    folder = ("--weights-dir", str(weights.parent))  # holds tiny-x2 only
+    code, out, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", "tiny", "-q", *folder)
     assert code == 0 and "model: tiny-x2 (" in out
-    code, _, err = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "3", "--model", "tiny")
+    code, _, err = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "3", "--model", "tiny", *folder)
     assert code == 2 and err.strip() == "sr eval: error: tiny has no x3 model (it has x2)"
 
 
@@ -286,13 +284,24 @@ def test_the_model_is_named_by_its_name_not_its_training_run(
     capsys: pytest.CaptureFixture, sets: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Shipped weights keep their run's name in the metadata (asa-base-x2 was trained as x2-extra):
-    the report names the model the user asked for."""
-    import sr.weights
-
+    the report names the model the user asked for (here in a folder named by SR_WEIGHTS_DIR)."""
     save_weights(build_model("asa-small-x2"), tmp_path / "tiny-x2.safetensors", name="x2-extra", steps="7")
-    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
+    monkeypatch.setenv("SR_WEIGHTS_DIR", str(tmp_path))
     code, out, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", "tiny-x2", "-q")
     assert code == 0 and "model: tiny-x2 (" in out and "x2-extra" not in out, out
+
+
+def test_a_missing_weights_folder_is_an_error_before_any_model_is_looked_up(
+    capsys: pytest.CaptureFixture, sets: dict[str, Path], tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere"
+    code, out, err = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "--model", "tiny",
+                           "--weights-dir", str(missing))
+    assert (code, err) == (2, f"sr eval: error: weights folder not found: {missing}\n")
+    assert "model:" not in out
+    code, _, _ = _eval(capsys, "--hr", str(sets["alpha"]), "--scale", "2", "-q", "--weights-dir",
+                       str(missing))
+    assert code == 0  # bicubic looks no model up
 
 
 def test_progress_bar_on_a_terminal_only(sets: dict[str, Path]) -> None:

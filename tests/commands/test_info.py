@@ -89,33 +89,25 @@ def test_all_table_estimates_large_outputs_from_a_smaller_count() -> None:
     assert estimated_macs(model, (720, 1280)) == pytest.approx(count_macs(model, (720, 1280)), rel=0.01)
 
 
-def test_shipped_name_prefers_the_weights_file(capsys: pytest.CaptureFixture, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    import sr.weights
-
-    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
+def test_shipped_name_prefers_the_weights_file(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     path = save_weights(build_model("asa-small-x3"), tmp_path / "asa-small-x3.safetensors", steps="42")
-    code, out, _ = _info(capsys, "asa-small-x3", "--size", "48x48")
+    code, out, _ = _info(capsys, "asa-small-x3", "--size", "48x48", "--weights-dir", str(tmp_path))
     assert code == 0
     f = _fields(out)
     assert f["source"] == f"weights file {path}" and f["training steps"] == "42"
-    code, out, _ = _info(capsys, "--all", "--size", "24x24")
+    code, out, _ = _info(capsys, "--all", "--size", "24x24", "--weights-dir", str(tmp_path))
     shipped = [line.split() for line in out.splitlines() if not line.endswith(" -")]
     assert [(row[0], row[-1]) for row in shipped[2:]] == [("asa-small-x3", "asa-small-x3")]
 
 
-def test_experimental_family_is_marked(capsys: pytest.CaptureFixture, tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import sr.weights
-
-    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
+def test_experimental_family_is_marked(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     save_weights(build_model("conv-base-x2"), tmp_path / "photo-conv-x2.safetensors", preset="conv-base",
                  experimental="the conv-only arm of a paired comparison")
-    code, out, _ = _info(capsys)
+    code, out, _ = _info(capsys, "--weights-dir", str(tmp_path))
     assert code == 0
     assert "photo-conv  x2, 0.32 M params (experimental)" in out
     assert "experimental: the conv-only arm of a paired comparison" in out
-    code, out, _ = _info(capsys, "--all", "--size", "24x24")
+    code, out, _ = _info(capsys, "--all", "--size", "24x24", "--weights-dir", str(tmp_path))
     row = next(line.split() for line in out.splitlines() if line.startswith("conv-base-x2 "))
     assert row[3] == "none" and row[-2:] == ["photo-conv-x2", "(experimental)"]
 
@@ -156,9 +148,8 @@ def test_no_argument_lists_the_shipped_families_from_metadata_alone(
     for s in (2, 4):
         save_weights(build_model(f"asa-small-x{s}"), tmp_path / f"mine-x{s}.safetensors", train_data=data,
                      validation=json.dumps({"Set5": {"psnr": 30 + s, "ssim": 0.9}}))
-    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
     monkeypatch.setattr(sr.weights, "load_weights", None)  # listing must not read any tensor
-    code, out, err = _info(capsys)
+    code, out, err = _info(capsys, "--weights-dir", str(tmp_path))
     assert code == 0 and err == ""
     header, lines = out.splitlines()[:2], out.splitlines()[2:]
     assert header[1].endswith(f"{tmp_path / 'README.md'}, Licence and terms")
@@ -170,17 +161,12 @@ def test_no_argument_lists_the_shipped_families_from_metadata_alone(
     assert "asa-small" not in out  # untrained presets: only with --all
 
 
-def test_every_condition_is_listed_div2k_included(
-    capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import sr.weights
-
+def test_every_condition_is_listed_div2k_included(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     data = json.dumps([f"../shared/datasets/{d}" for d in (
         "train", "train-extra/polyu_half", "train-extra/sunhays80_half", "train-extra/bsds500test",
         "train-extra/div2k_gray")])
     save_weights(build_model("asa-small-x2"), tmp_path / "mine-x2.safetensors", train_data=data)
-    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
-    code, out, _ = _info(capsys)
+    code, out, _ = _info(capsys, "--weights-dir", str(tmp_path))
     assert code == 0
     listed = [line.strip().removeprefix("terms: ") for line in out.splitlines()[4:]]
     assert listed == ["non-commercial research only (PolyU)", "no licence stated (Sun-Hays 80)",
@@ -188,14 +174,10 @@ def test_every_condition_is_listed_div2k_included(
                       "not stated at the source (BSD200, T91, Kodak24, McMaster)"]
 
 
-def test_a_family_name_shows_each_scale(capsys: pytest.CaptureFixture, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    import sr.weights
-
+def test_a_family_name_shows_each_scale(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     for s in (2, 3):
         save_weights(build_model(f"asa-small-x{s}"), tmp_path / f"mine-x{s}.safetensors", name=f"run-x{s}")
-    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
-    code, out, _ = _info(capsys, "mine")
+    code, out, _ = _info(capsys, "mine", "--weights-dir", str(tmp_path))
     assert code == 0
     blocks = out.split("\n\n")
     assert [b.splitlines()[0] for b in blocks] == ["mine-x2", "mine-x3"]
@@ -204,32 +186,27 @@ def test_a_family_name_shows_each_scale(capsys: pytest.CaptureFixture, tmp_path:
 
 
 def test_the_heading_is_the_public_name_and_a_same_run_name_is_not_repeated(
-    capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture, tmp_path: Path
 ) -> None:
-    import sr.weights
-
     save_weights(build_model("asa-small-x2"), tmp_path / "asa-small-x2.safetensors", name="x2-extra")
     save_weights(build_model("asa-small-x3"), tmp_path / "mine-x3.safetensors", name="mine-x3")
-    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
-    code, out, _ = _info(capsys, "asa-small-x2", "--size", "48x48")
+    folder = ("--weights-dir", str(tmp_path))
+    code, out, _ = _info(capsys, "asa-small-x2", "--size", "48x48", *folder)
     assert code == 0 and out.splitlines()[0] == "asa-small-x2" and _fields(out)["trained as"] == "x2-extra"
     assert out.count("x2-extra") == 1
-    code, out, _ = _info(capsys, "mine-x3", "--size", "48x48")
+    code, out, _ = _info(capsys, "mine-x3", "--size", "48x48", *folder)
     assert code == 0 and out.splitlines()[0] == "mine-x3" and "trained as" not in out
 
 
-def test_notes_are_shown_without_tracker_references(capsys: pytest.CaptureFixture, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notes_are_shown_without_tracker_references(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     """A weights file's note may cite the project's tracker; sr info, listing or in full, does not."""
-    import sr.weights
     from sr.commands.info import public_text
 
-    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", tmp_path)
     save_weights(build_model("conv-base-x2"), tmp_path / "photo-conv-x2.safetensors", preset="conv-base",
                  experimental="issue 53's conv-only arm: a research baseline",
                  note="measured (issue 54, row E) on a Xeon, as asked in issue 42")
     for argv in ((), ("photo-conv-x2", "--size", "48x48")):
-        code, out, _ = _info(capsys, *argv)
+        code, out, _ = _info(capsys, *argv, "--weights-dir", str(tmp_path))
         assert code == 0 and "the conv-only arm: a research baseline" in out
         assert "issue" not in out.lower()
     assert _fields(out)["note"] == "measured on a Xeon, as asked"
@@ -284,3 +261,32 @@ def test_info_says_the_cpu_precision_and_why(kind: str, said: str, capsys: pytes
     assert main(["info", "asa-base-x2"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "CPU precision" in ln)
     assert line.split("CPU precision", 1)[1].strip() == said
+
+
+def test_the_weights_folder_comes_from_the_flag_else_sr_weights_dir(
+    capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flag, env = tmp_path / "flag", tmp_path / "env"
+    save_weights(build_model("asa-small-x2"), flag / "fromflag-x2.safetensors")
+    save_weights(build_model("asa-small-x2"), env / "fromenv-x2.safetensors")
+    monkeypatch.setenv("SR_WEIGHTS_DIR", f" {env} ")  # blanks around it dropped, as sr serve reads it
+    code, out, _ = _info(capsys)
+    assert code == 0 and f"shipped models ({env})" in out and "fromenv" in out and "asa-base" not in out
+    code, out, _ = _info(capsys, "--weights-dir", str(flag))
+    assert code == 0 and "fromflag" in out and "fromenv" not in out
+    monkeypatch.setenv("SR_WEIGHTS_DIR", " ")  # blank: unset
+    code, out, _ = _info(capsys)
+    assert code == 0 and "asa-base" in out and "fromenv" not in out
+
+
+def test_a_missing_weights_folder_is_an_error(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    code, out, err = _info(capsys, "asa-base-x2", "--weights-dir", str(tmp_path / "nowhere"))
+    assert (code, out) == (2, "")
+    assert err == f"sr info: error: weights folder not found: {tmp_path / 'nowhere'}\n"
+
+
+def test_an_unknown_name_lists_the_models_of_the_weights_folder(capsys: pytest.CaptureFixture,
+                                                                tmp_path: Path) -> None:
+    save_weights(build_model("asa-small-x2"), tmp_path / "mine-x2.safetensors")
+    code, _, err = _info(capsys, "nope", "--weights-dir", str(tmp_path))
+    assert code == 2 and "a shipped model (mine-x2)" in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -504,10 +505,8 @@ def photo_weights(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def shipped(photo_weights, monkeypatch) -> Path:
-    """Make photo_weights the shipped weights folder (where family names are looked up)."""
-    import sr.weights
-
-    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", photo_weights)
+    """Make photo_weights the folder family names are looked up in (SR_WEIGHTS_DIR, as --weights-dir)."""
+    monkeypatch.setenv("SR_WEIGHTS_DIR", str(photo_weights))
     return photo_weights
 
 
@@ -595,9 +594,7 @@ def natural_weights(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def shipped_natural(natural_weights, monkeypatch) -> Path:
-    import sr.weights
-
-    monkeypatch.setattr(sr.weights, "WEIGHTS_DIR", natural_weights)
+    monkeypatch.setenv("SR_WEIGHTS_DIR", str(natural_weights))
     return natural_weights
 
 
@@ -725,3 +722,25 @@ def test_bench_upscale_compares_precisions_side_by_side(tmp_path, tiny, capsys):
     assert "--repeat times one precision" in capsys.readouterr().err
     assert main([*base, "--profile", "3"]) == 2
     assert "--profile N (N >= 1) goes with --precision" in capsys.readouterr().err
+
+
+def test_weights_dir_names_the_folder_family_names_are_looked_up_in(tmp_path, photo_weights, capsys):
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    shutil.copy(photo_weights / "photo-x2.safetensors", folder / "mine-x2.safetensors")
+    src = tmp_path / "in"
+    save(src / "b.png", photo(12, 16))
+    assert sr(str(src), "-o", str(tmp_path / "out"), "--model", "mine", "--weights-dir", str(folder)) == 0
+    assert outputs(tmp_path / "out") == ["b_x2.png"]
+    capsys.readouterr()
+    assert sr(str(src), "-o", str(tmp_path / "other"), "--model", "mine") == 2  # not a shipped family
+    assert "unknown model 'mine'" in capsys.readouterr().err
+
+
+def test_a_missing_weights_folder_is_one_line_exit_2(tmp_path, capsys):
+    src = tmp_path / "in"
+    save(src / "b.png", photo(12, 16))
+    missing = tmp_path / "nowhere"
+    assert sr(str(src), "-o", str(tmp_path / "out"), "--weights-dir", str(missing)) == 2
+    assert capsys.readouterr().err == f"sr upscale: error: weights folder not found: {missing}\n"
+    assert not (tmp_path / "out").exists()

@@ -434,3 +434,32 @@ def test_a_quantized_result_upscales_again_like_its_float_values(up):
     again = up.upscale(samples).image.pixels
     expected = up.upscale(DecodedImage(samples.pixels.astype(np.float32) / 255)).image.pixels
     np.testing.assert_array_equal(again, expected)
+
+
+def test_check_scale_refuses_what_plan_size_refuses(weights_dir):
+    engine = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1)
+    for ok in (None, 2, 3, 4):
+        engine.check_scale(ok)
+    for bad in (5, 2.5, True):
+        with pytest.raises(UpscaleError) as checked:
+            engine.check_scale(bad)
+        with pytest.raises(UpscaleError) as planned:
+            engine.plan_size(1, 1, scale=bad)
+        assert str(checked.value) == str(planned.value)
+    with pytest.raises(UpscaleError, match=r"scale 5 is not available for model 'tiny' \(available: 2, 3, 4"):
+        engine.check_scale(5)
+
+
+@pytest.mark.parametrize("tile", ["AUTO", "off", "none", -1, "x", 12.5])
+def test_engine_reads_tile_by_the_one_policy(tiny_x2, tile):
+    from sr.inference.tiling import parse_tile
+
+    try:
+        expected = parse_tile(tile)
+    except ValueError as e:
+        with pytest.raises(UpscaleError, match="tile must be 'auto', 0 \\(off\\) or a size in pixels"):
+            Upscaler(str(tiny_x2), device="cpu", tile=tile, threads=1)
+        assert "got" in str(e)
+        return
+    engine = Upscaler(str(tiny_x2), device="cpu", tile=tile, threads=1)
+    assert engine.tile == (expected or None)

@@ -16,6 +16,7 @@ from sr.inference.tiling import (
     axis_weights,
     fastest_tile,
     min_tile,
+    parse_tile,
     plan_axis,
     plan_cost,
     relative_cost,
@@ -224,3 +225,18 @@ def test_a_smaller_tile_must_win_by_the_margin():
     slight, clear = {256: 0.98, 512: 1.0}, {256: 0.8, 512: 1.0}
     assert fastest_tile(512, 512, 512, 16, 8, slight) is None
     assert fastest_tile(512, 512, 512, 16, 8, clear) == 256
+
+
+@pytest.mark.parametrize(("value", "parsed"), [
+    ("auto", "auto"), ("AUTO", "auto"), (" Auto ", "auto"), ("off", 0), ("None", 0), ("0", 0), (0, 0),
+    (96, 96), ("96", 96), (96.0, 96), (np.int64(64), 64),
+])
+def test_parse_tile_reads_every_spelling(value, parsed):
+    assert parse_tile(value) == parsed
+
+
+@pytest.mark.parametrize("value", [True, False, -1, "-1", 12.5, "12.5", "x", "", None, [1]])
+def test_parse_tile_refuses_the_rest_saying_why(value):
+    with pytest.raises(ValueError) as e:
+        parse_tile(value)
+    assert str(e.value) == f"tile must be 'auto', 0 (off) or a size in pixels, got {value!r}"

@@ -20,7 +20,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from sr.bench.serve import free_port, stop_process
+from benchmarks.serve import free_port, stop_process
 from sr.models import build_model
 from sr.service.app import create_app
 from sr.service.limits import header_timeout_protocol

@@ -14,7 +14,7 @@ import time
 import httpx
 from PIL import Image
 
-from sr.bench.serve import iccp_bomb_png, scan_bomb_jpeg
+from benchmarks.serve import iccp_bomb_png, scan_bomb_jpeg
 
 
 def _post(client, data: bytes, name: str = "photo.png", **fields):

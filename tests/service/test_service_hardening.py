@@ -429,7 +429,7 @@ def test_docs_use_only_local_assets_which_are_served(make_client) -> None:
 # --- 9. the load test's client ------------------------------------------------------------------
 
 def test_bench_client_that_honours_retry_after_gets_every_request_through(make_server) -> None:
-    from sr.bench.serve import payloads, retry_delay, run_load
+    from benchmarks.serve import payloads, retry_delay, run_load
 
     base = make_server(workers=1, max_queue=0)  # no queue: concurrent clients collide
     bodies, kinds = payloads(32), ["png"] * 6

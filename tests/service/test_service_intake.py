@@ -24,7 +24,7 @@ def _png(w: int, h: int) -> bytes:
 
 def _two_iccp_png() -> bytes:
     """A 146-byte-class PNG with two ICC profiles: refused by the pre-check in microseconds."""
-    from sr.bench.serve import iccp_bomb_png
+    from benchmarks.serve import iccp_bomb_png
 
     return iccp_bomb_png(2, inflated=16)
 

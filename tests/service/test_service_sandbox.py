@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sr.bench.serve import scan_bomb_jpeg
+from benchmarks.serve import scan_bomb_jpeg
 from sr.io import ImageDecodeError, ImageTooLargeError, check_decode_cost, read_image
 from sr.service.sandbox import Limits, Sandbox, SandboxLimitError
 

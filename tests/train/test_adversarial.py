@@ -16,7 +16,7 @@ from sr.train.adversarial import (
     frequency_loss,
 )
 from sr.train.loop import Trainer
-from tests.train.test_loop import _cfg, _export, _log
+from tests.train.runs import export_checkpoint, read_log, tiny_config
 
 
 def test_discriminator_judges_every_pixel_and_returns_its_decoder_features():
@@ -63,33 +63,33 @@ def test_artefact_map_weights_only_pixels_worse_than_the_ema_where_the_residual_
 
 
 def test_gan_run_trains_the_discriminator_logs_its_terms_snapshots_and_resumes(tmp_path):
-    cfg = _cfg(tmp_path, steps=6, val=[], gan_weight=0.1, frequency_weight=0.05, disc_width=8,
+    cfg = tiny_config(tmp_path, steps=6, val=[], gan_weight=0.1, frequency_weight=0.05, disc_width=8,
                log_every=3, snapshot_every=3, ckpt_every=3)
     trainer = Trainer(cfg)
     disc_before = {k: v.clone() for k, v in trainer.disc.state_dict().items()}
     trainer.fit(stop_at=3)
     assert any(not torch.equal(disc_before[k], v) for k, v in trainer.disc.state_dict().items())
-    rec = next(r for r in _log(cfg.run_dir) if "loss" in r)
+    rec = next(r for r in read_log(cfg.run_dir) if "loss" in r)
     assert {"gan", "feature", "artefact", "disc"} <= set(rec)
-    resumed = Trainer(_cfg(tmp_path, steps=6, val=[], gan_weight=0.1, frequency_weight=0.05, disc_width=8,
-                           log_every=3, snapshot_every=3, ckpt_every=3), resume=True)
+    resumed = Trainer(tiny_config(tmp_path, steps=6, val=[], gan_weight=0.1, frequency_weight=0.05,
+                                  disc_width=8, log_every=3, snapshot_every=3, ckpt_every=3), resume=True)
     for k, v in trainer.disc.state_dict().items():  # the discriminator comes back with the run
         torch.testing.assert_close(resumed.disc.state_dict()[k], v)
     resumed.fit()
     snaps = sorted(p.name for p in cfg.run_dir.glob("snap-*.pt"))
     assert snaps == ["snap-000003.pt", "snap-000006.pt"]
     out = tmp_path / "natural.safetensors"
-    assert _export(cfg.run_dir / "snap-000006.pt", out).returncode == 0
+    assert export_checkpoint(cfg.run_dir / "snap-000006.pt", out).returncode == 0
     assert json.loads((cfg.run_dir / "config.json").read_text())["gan_weight"] == 0.1
 
 
 def test_gan_settings_are_checked_before_training(tmp_path):
     with pytest.raises(ValueError, match="multiple of 8"):
-        Trainer(_cfg(tmp_path, gan_weight=0.1, patch=15))
+        Trainer(tiny_config(tmp_path, gan_weight=0.1, patch=15))
     with pytest.raises(ValueError, match=">= 0"):
-        Trainer(_cfg(tmp_path / "b", gan_weight=-1))
+        Trainer(tiny_config(tmp_path / "b", gan_weight=-1))
 
 
 def test_pixel_only_training_has_no_discriminator(tmp_path):
-    trainer = Trainer(_cfg(tmp_path, steps=1, val=[]))
+    trainer = Trainer(tiny_config(tmp_path, steps=1, val=[]))
     assert trainer.disc is None and "disc" not in trainer._state()

@@ -14,49 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
-from sr.bench.serve import free_port
+from benchmarks.serve import free_port
 from sr.cli import main as sr_main
 from sr.evaluation import set_name, set_names
 from sr.models import build_model
 from sr.train.config import LOSS_CHOICES, load_config
 from sr.train.loop import PIXEL_LOSSES, Trainer, lr_at, selection_score, use_bf16_autocast
 from sr.weights import load_weights
+from tests.train.runs import export_checkpoint, read_log, textures, tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _textures(folder: Path, n: int = 4, size: int = 72, seed: int = 0) -> Path:
-    """Smooth random colour textures: learnable detail without any dataset."""
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    yy, xx = np.mgrid[0:size, 0:size] / size
-    for i in range(n):
-        img = np.zeros((size, size, 3))
-        for c in range(3):
-            for _ in range(4):
-                fx, fy, ph = rng.uniform(1, 9, 2).tolist() + [rng.uniform(0, 6)]
-                img[:, :, c] += np.sin(2 * np.pi * (fx * xx + fy * yy) + ph)
-        img = (img - img.min()) / (img.max() - img.min()) * 255
-        Image.fromarray(img.astype(np.uint8)).save(folder / f"t{i}.png")
-    return folder
-
-
-def _cfg(tmp_path: Path, **kw):
-    data = _textures(tmp_path / "train")
-    val = _textures(tmp_path / "val", n=2, size=48, seed=1)
-    base = dict(
-        name="tiny", preset="asa-small", scale=2, train=[str(data)], val=[str(val)], patch=16, batch=4,
-        steps=40, lr=2e-3, warmup=5, val_every=20, ckpt_every=10, log_every=5, out=str(tmp_path / "runs"),
-        cache=str(tmp_path / "cache"), threads=1, device="cpu",  # CUDA runs have their own tests
-    )
-    base.update(kw)
-    return load_config(None, **base)
-
-
-def _log(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
 
 
 def test_lr_schedule_warms_up_then_decays():
@@ -93,20 +61,20 @@ def test_amp_auto_is_bf16_on_cuda_and_on_amx_cpus_only(monkeypatch, amx):
 @pytest.mark.parametrize("amx", [True, False])
 def test_trainer_follows_amp_auto_and_logs_it(tmp_path, monkeypatch, amx):
     monkeypatch.setattr("sr.train.loop.cpu_has_amx", lambda: amx)
-    t = Trainer(_cfg(tmp_path, steps=6, val_every=6, device="cpu"))
+    t = Trainer(tiny_config(tmp_path, steps=6, val_every=6, device="cpu"))
     assert t.autocast == dict(device_type="cpu", dtype=torch.bfloat16, enabled=amx)
     for net in (t.model, t.ema):  # channels-last on CPU too: oneDNN's native conv layout
         assert net.head.weight.is_contiguous(memory_format=torch.channels_last)
     t.fit()
-    log = _log(t.cfg.run_dir)
+    log = read_log(t.cfg.run_dir)
     assert [r["amp"] for r in log if r.get("event") == "start"] == [amx]
     assert all(math.isfinite(r["loss"]) for r in log if "loss" in r)
 
 
 def test_loss_falls_and_validation_logged(tmp_path):
-    cfg = _cfg(tmp_path)
+    cfg = tiny_config(tmp_path)
     best = Trainer(cfg).fit()
-    log = _log(cfg.run_dir)
+    log = read_log(cfg.run_dir)
     losses = [r["loss"] for r in log if "loss" in r]
     assert losses[-1] < 0.7 * losses[0]
     vals = [r for r in log if r.get("event") == "val"]
@@ -118,13 +86,13 @@ def test_loss_falls_and_validation_logged(tmp_path):
 
 
 def test_rescale_trains_on_the_downscaled_copies_too(tmp_path):
-    cfg = _cfg(tmp_path, steps=2, val=[], rescale=[0.75], rgb_perm=0.5)
+    cfg = tiny_config(tmp_path, steps=2, val=[], rescale=[0.75], rgb_perm=0.5)
     Trainer(cfg).fit()
-    start = next(r for r in _log(cfg.run_dir) if r.get("event") == "start")
+    start = next(r for r in read_log(cfg.run_dir) if r.get("event") == "start")
     assert start["images"] == 8  # 4 textures + their x0.75 copies
     assert json.loads((cfg.run_dir / "config.json").read_text())["rescale"] == [0.75]
     out = tmp_path / "w.safetensors"
-    assert _export(cfg.run_dir / "last.pt", out).returncode == 0
+    assert export_checkpoint(cfg.run_dir / "last.pt", out).returncode == 0
     _, meta = load_weights(out)
     assert meta["rescale"] == "0.75" and meta["loss"] == "l1"  # the recipe travels with the weights
     assert meta["rgb_perm"] == "0.5"
@@ -133,25 +101,26 @@ def test_rescale_trains_on_the_downscaled_copies_too(tmp_path):
 def test_mse_loss_is_what_trains_and_is_logged(tmp_path):
     # lr 0: both runs see the same weights and batches, so only the pixel loss differs
     frozen = dict(steps=5, lr=0.0, min_lr=0.0, warmup=1, log_every=5, val=[])
-    l1_cfg, mse_cfg = _cfg(tmp_path / "l1", **frozen), _cfg(tmp_path / "mse", loss="mse", **frozen)
+    l1_cfg = tiny_config(tmp_path / "l1", **frozen)
+    mse_cfg = tiny_config(tmp_path / "mse", loss="mse", **frozen)
     Trainer(l1_cfg).fit()
     Trainer(mse_cfg).fit()
-    (l1,) = [r["loss"] for r in _log(l1_cfg.run_dir) if "loss" in r]
-    log = _log(mse_cfg.run_dir)
+    (l1,) = [r["loss"] for r in read_log(l1_cfg.run_dir) if "loss" in r]
+    log = read_log(mse_cfg.run_dir)
     (mse,) = [r["loss"] for r in log if "loss" in r]
     assert log[0]["pixel_loss"] == "mse"
     assert l1**2 <= mse < 0.5 * l1  # Jensen below; errors well under 1 above
     assert tuple(PIXEL_LOSSES) == LOSS_CHOICES  # the flag's choices are the losses there are
     with pytest.raises(ValueError, match="--loss 'huber' is not one of: l1, mse"):
-        Trainer(_cfg(tmp_path / "bad", loss="huber"))
+        Trainer(tiny_config(tmp_path / "bad", loss="huber"))
 
 
 def test_resume_continues_exactly(tmp_path):
-    straight = _cfg(tmp_path / "a", steps=20, val=[])
+    straight = tiny_config(tmp_path / "a", steps=20, val=[])
     Trainer(straight).fit()
-    first = _cfg(tmp_path / "b", steps=20, val=[])
+    first = tiny_config(tmp_path / "b", steps=20, val=[])
     Trainer(first).fit(stop_at=10)
-    resumed = Trainer(_cfg(tmp_path / "b", steps=20, val=[]), resume=True)
+    resumed = Trainer(tiny_config(tmp_path / "b", steps=20, val=[]), resume=True)
     assert resumed.step == 10
     resumed.fit()
     a = torch.load(straight.run_dir / "last.pt", weights_only=False)
@@ -162,7 +131,7 @@ def test_resume_continues_exactly(tmp_path):
 
 
 def test_sigterm_writes_checkpoint_and_exits(tmp_path):
-    cfg = _cfg(tmp_path, steps=100000, val=[], ckpt_every=100000)
+    cfg = tiny_config(tmp_path, steps=100000, val=[], ckpt_every=100000)
     cmd = [sys.executable, "-m", "sr", "train", "--name", cfg.name, "--preset", "asa-small", "--patch", "16",
            "--batch", "2", "--steps", "100000", "--train", *cfg.train, "--val", "--out", cfg.out,
            "--cache", cfg.cache, "--threads", "1", "--log-every", "1", "--ckpt-every", "100000"]
@@ -180,24 +149,24 @@ def test_sigterm_writes_checkpoint_and_exits(tmp_path):
 
 
 def test_time_limit_stops_with_checkpoint_and_validation_then_resumes(tmp_path, capsys):
-    trainer = Trainer(_cfg(tmp_path, steps=40, val_every=20, time_limit=1e-6))  # 60 microseconds
+    trainer = Trainer(tiny_config(tmp_path, steps=40, val_every=20, time_limit=1e-6))  # 60 microseconds
     trainer.fit()
     assert "time limit of 1e-06 min reached: stopped at step 1" in capsys.readouterr().err
     run_dir = trainer.run_dir
     assert torch.load(run_dir / "last.pt", weights_only=False)["step"] == 1
-    assert [r["step"] for r in _log(run_dir) if r.get("event") == "val"] == [1]  # validated on stopping
+    assert [r["step"] for r in read_log(run_dir) if r.get("event") == "val"] == [1]  # validated on stopping
     assert torch.load(run_dir / "best.pt", weights_only=False)["step"] == 1
-    resumed = Trainer(_cfg(tmp_path, steps=40, val_every=20, time_limit=0.0), resume=True)
+    resumed = Trainer(tiny_config(tmp_path, steps=40, val_every=20, time_limit=0.0), resume=True)
     resumed.fit()
     assert resumed.step == 40
-    assert [r["step"] for r in _log(run_dir) if r.get("event") == "val"] == [1, 20, 40]
+    assert [r["step"] for r in read_log(run_dir) if r.get("event") == "val"] == [1, 20, 40]
 
 
 def test_time_limit_on_the_last_step_validates_once(tmp_path):
     # the last step is validated by the schedule itself; the time-limit stop must not do it again
-    trainer = Trainer(_cfg(tmp_path, steps=1, val_every=20, time_limit=1e-6))
+    trainer = Trainer(tiny_config(tmp_path, steps=1, val_every=20, time_limit=1e-6))
     trainer.fit()
-    assert [r["step"] for r in _log(trainer.run_dir) if r.get("event") == "val"] == [1]
+    assert [r["step"] for r in read_log(trainer.run_dir) if r.get("event") == "val"] == [1]
 
 
 def _scripted_validation(monkeypatch, psnrs: dict[str, list[float]]) -> None:
@@ -212,7 +181,7 @@ def _scripted_validation(monkeypatch, psnrs: dict[str, list[float]]) -> None:
 
 
 def _two_val_sets(tmp_path: Path, **kw):
-    return _cfg(tmp_path, val=[str(tmp_path / "Set5"), str(tmp_path / "Set14")], val_every=1, **kw)
+    return tiny_config(tmp_path, val=[str(tmp_path / "Set5"), str(tmp_path / "Set14")], val_every=1, **kw)
 
 
 def test_selection_score_is_the_mean_or_one_named_set():
@@ -237,16 +206,17 @@ def test_best_on_must_name_a_val_set(tmp_path):
     message = "--best-on 'Set8' names no --val set; use mean or one of: Set5, Set14"
     with pytest.raises(ValueError, match=message):
         Trainer(_two_val_sets(tmp_path, steps=3, best_on="Set8"))
-    Trainer(_cfg(tmp_path / "noval", steps=3, val=[], best_on="Set8"))  # nothing validated: nothing to rank
+    # nothing validated: nothing to rank
+    Trainer(tiny_config(tmp_path / "noval", steps=3, val=[], best_on="Set8"))
     with pytest.raises(ValueError, match="--val folders need distinct names, got: Set5, Set5"):
-        Trainer(_cfg(tmp_path, val=[str(tmp_path / "a" / "Set5"), str(tmp_path / "b" / "Set5")]))
+        Trainer(tiny_config(tmp_path, val=[str(tmp_path / "a" / "Set5"), str(tmp_path / "b" / "Set5")]))
 
 
 def test_val_sets_go_by_the_names_sr_eval_prints(tmp_path, monkeypatch):
     # generic folder names (DIV2K/HR, Set14/HR) take the parent's, so two such sets stay distinct
     val = [str(tmp_path / "DIV2K" / "HR"), str(tmp_path / "Set14" / "HR")]
     _scripted_validation(monkeypatch, {"DIV2K": [30.0], "Set14": [25.0]})
-    best = Trainer(_cfg(tmp_path, steps=1, val=val, val_every=1, best_on="Set14")).fit()
+    best = Trainer(tiny_config(tmp_path, steps=1, val=val, val_every=1, best_on="Set14")).fit()
     assert set(best["results"]) == {"DIV2K", "Set14"} and best["on"] == "Set14"
     assert set_names([Path(v) for v in val]) == list(best["results"])
 
@@ -275,18 +245,18 @@ def test_resumed_run_from_before_best_on_keeps_ranking_on_its_first_set(tmp_path
 
 
 def test_fresh_run_refuses_a_folder_holding_another_run(tmp_path):
-    cfg = _cfg(tmp_path, steps=2, val=[])
+    cfg = tiny_config(tmp_path, steps=2, val=[])
     Trainer(cfg).fit()
     before = (cfg.run_dir / "log.jsonl").read_text()
     with pytest.raises(ValueError, match="--resume"):
-        Trainer(_cfg(tmp_path, steps=2, val=[]))
+        Trainer(tiny_config(tmp_path, steps=2, val=[]))
     assert (cfg.run_dir / "log.jsonl").read_text() == before
 
 
 def test_init_from_other_scale_copies_matching_tensors(tmp_path):
-    cfg2 = _cfg(tmp_path / "x2", steps=5, val=[])
+    cfg2 = tiny_config(tmp_path / "x2", steps=5, val=[])
     Trainer(cfg2).fit()
-    cfg3 = _cfg(tmp_path / "x3", scale=3, steps=5, val=[], init=str(cfg2.run_dir / "last.pt"))
+    cfg3 = tiny_config(tmp_path / "x3", scale=3, steps=5, val=[], init=str(cfg2.run_dir / "last.pt"))
     t3 = Trainer(cfg3)
     src = torch.load(cfg2.run_dir / "last.pt", weights_only=False)["ema"]
     torch.testing.assert_close(t3.model.state_dict()["head.weight"], src["head.weight"])
@@ -294,12 +264,13 @@ def test_init_from_other_scale_copies_matching_tensors(tmp_path):
 
 
 def test_init_grows_a_deeper_preset_that_starts_as_the_loaded_network(tmp_path):
-    base = _cfg(tmp_path / "base", preset="asa-base", steps=3, val=[])
+    base = tiny_config(tmp_path / "base", preset="asa-base", steps=3, val=[])
     Trainer(base).fit()
-    deep = _cfg(tmp_path / "deep", preset="asa-deep", steps=3, val=[], init=str(base.run_dir / "last.pt"))
+    deep = tiny_config(tmp_path / "deep", preset="asa-deep", steps=3, val=[],
+                       init=str(base.run_dir / "last.pt"))
     t = Trainer(deep)
     grown = {"body.9.", "body.10.", "body.11.", "body.12."}  # res blocks 8-10 and the third attention
-    init = _log(deep.run_dir)[0]
+    init = read_log(deep.run_dir)[0]
     assert {k[: k.index(".", 5) + 1] for k in init["fresh_tensors"]} == grown
     src = build_model("asa-base-x2").eval().to(memory_format=torch.channels_last)  # the trainer's layout
     src.load_state_dict(torch.load(base.run_dir / "last.pt", weights_only=False)["ema"])
@@ -317,29 +288,24 @@ def test_init_refuses_a_checkpoint_sharing_no_tensor(tmp_path):
     foreign = tmp_path / "foreign.pt"
     torch.save({"ema": {"other.weight": torch.zeros(3)}}, foreign)
     with pytest.raises(ValueError, match="shares no tensor"):
-        Trainer(_cfg(tmp_path, steps=2, val=[], init=str(foreign)))
-
-
-def _export(ckpt: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sr", "export", str(ckpt), "-o", str(out)],
-                          cwd=REPO, capture_output=True, text=True)
+        Trainer(tiny_config(tmp_path, steps=2, val=[], init=str(foreign)))
 
 
 def test_export_writes_metadata_and_loads(tmp_path):
-    cfg = _cfg(tmp_path, steps=20, val_every=5)
+    cfg = tiny_config(tmp_path, steps=20, val_every=5)
     Trainer(cfg).fit(stop_at=12)  # last.pt at step 12; the latest validation was at step 10
     out = tmp_path / "w.safetensors"
-    r = _export(cfg.run_dir / "last.pt", out)
+    r = export_checkpoint(cfg.run_dir / "last.pt", out)
     assert r.returncode == 0, r.stderr
     assert "not validated at that step" in r.stdout
     _, meta = load_weights(out)
     assert int(meta["steps"]) == 12 and json.loads(meta["validation"]) == {}  # never the best step's scores
 
     Trainer(cfg, resume=True).fit()  # to step 20, validated there
-    val = [rec for rec in _log(cfg.run_dir) if rec.get("event") == "val"]
+    val = [rec for rec in read_log(cfg.run_dir) if rec.get("event") == "val"]
     assert [rec["step"] for rec in val] == [5, 10, 15, 20]
     for ckpt in ("last.pt", "best.pt"):
-        r = _export(cfg.run_dir / ckpt, out)
+        r = export_checkpoint(cfg.run_dir / ckpt, out)
         assert r.returncode == 0, r.stderr
         model, meta = load_weights(out)
         assert meta["preset"] == "asa-small" and meta["scale"] == "2"
@@ -355,27 +321,27 @@ def test_export_writes_metadata_and_loads(tmp_path):
     ckpt = torch.load(cfg.run_dir / "last.pt", weights_only=False)
     ckpt["hardware"] = "NVIDIA H200 x1"
     torch.save(ckpt, tmp_path / "gpu.pt")
-    assert _export(tmp_path / "gpu.pt", out).returncode == 0
+    assert export_checkpoint(tmp_path / "gpu.pt", out).returncode == 0
     assert load_weights(out)[1]["hardware"] == "NVIDIA H200 x1"
-    bad = _export(tmp_path / "nope.pt", out)
+    bad = export_checkpoint(tmp_path / "nope.pt", out)
     assert bad.returncode != 0 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_init_from_exported_weights_continues_their_steps_and_time(tmp_path):
-    first = _cfg(tmp_path / "a", steps=10, val_every=10)
+    first = tiny_config(tmp_path / "a", steps=10, val_every=10)
     Trainer(first).fit()
     shipped = tmp_path / "shipped.safetensors"
-    assert _export(first.run_dir / "last.pt", shipped).returncode == 0
+    assert export_checkpoint(first.run_dir / "last.pt", shipped).returncode == 0
     _, before = load_weights(shipped)
 
-    again = _cfg(tmp_path / "b", steps=6, val_every=3, init=str(shipped))
+    again = tiny_config(tmp_path / "b", steps=6, val_every=3, init=str(shipped))
     t = Trainer(again)
     t.fit()
     assert t.lineage == {"from": "shipped.safetensors", "steps": 10,
                          "seconds": float(before["train_seconds"]), "continues": True}
     out = tmp_path / "next.safetensors"
     for ckpt in ("last.pt", "best.pt"):
-        r = _export(again.run_dir / ckpt, out)
+        r = export_checkpoint(again.run_dir / ckpt, out)
         assert r.returncode == 0, r.stderr
         _, meta = load_weights(out)
         assert meta["init"] == "shipped.safetensors (step 10)"
@@ -386,11 +352,11 @@ def test_init_from_exported_weights_continues_their_steps_and_time(tmp_path):
     assert "started from" in info.stdout and "shipped.safetensors (step 10)" in info.stdout
 
     # x2 weights starting an x3 run: named, but their steps are not x3's
-    x3 = _cfg(tmp_path / "c", scale=3, steps=2, val=[], init=str(shipped))
+    x3 = tiny_config(tmp_path / "c", scale=3, steps=2, val=[], init=str(shipped))
     t3 = Trainer(x3)
     assert t3.lineage["continues"] is False and t3.lineage["steps"] == 10
     t3.fit()
-    assert _export(x3.run_dir / "last.pt", out).returncode == 0
+    assert export_checkpoint(x3.run_dir / "last.pt", out).returncode == 0
     _, meta = load_weights(out)
     assert meta["steps"] == "2" and meta["init"] == "shipped.safetensors (step 10)"
 
@@ -425,7 +391,7 @@ def test_bad_config_is_a_clear_error(tmp_path):
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed unavailable")
 def test_ddp_two_processes_on_cpu(tmp_path):
-    cfg = _cfg(tmp_path, steps=6, val=[])
+    cfg = tiny_config(tmp_path, steps=6, val=[])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
     def torchrun(name: str, *extra: str) -> subprocess.CompletedProcess:
@@ -439,7 +405,7 @@ def test_ddp_two_processes_on_cpu(tmp_path):
 
     r = torchrun("ddp")
     assert r.returncode == 0, r.stderr[-8000:]
-    log = _log(Path(cfg.out) / "ddp")
+    log = read_log(Path(cfg.out) / "ddp")
     assert log[0]["world"] == 2 and [x["step"] for x in log if "loss" in x] == [2, 4, 6]
     # a time limit under DDP: the ranks agree to stop at one step (else the run would hang)
     timed = torchrun("ddp-timed", "--time-limit", "1e-6")
@@ -457,20 +423,20 @@ def test_torchrun_with_more_processes_than_gpus_is_a_clear_error(tmp_path, monke
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(ValueError, match="process 1 has no GPU of its own .1 CUDA device"):
-        Trainer(_cfg(tmp_path, device="cuda", val=[]))
+        Trainer(tiny_config(tmp_path, device="cuda", val=[]))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_run_stops_resumes_and_exports(tmp_path):
-    cfg = _cfg(tmp_path, device="cuda", steps=12, val_every=6)
+    cfg = tiny_config(tmp_path, device="cuda", steps=12, val_every=6)
     Trainer(cfg).fit(stop_at=6)
     Trainer(cfg, resume=True).fit()  # the checkpoint's CPU RNG state must stay on the CPU
-    log = _log(cfg.run_dir)
+    log = read_log(cfg.run_dir)
     assert [r["device"] for r in log if r.get("event") == "start"] == ["cuda", "cuda"]
     assert [r["step"] for r in log if r.get("event") == "val"] == [6, 12]
     assert all(math.isfinite(r["loss"]) for r in log if "loss" in r)
     out = tmp_path / "w.safetensors"
-    r = _export(cfg.run_dir / "best.pt", out)
+    r = export_checkpoint(cfg.run_dir / "best.pt", out)
     assert r.returncode == 0, r.stderr
     model, _ = load_weights(out)  # CUDA-trained weights load on the CPU
     assert model(torch.rand(1, 3, 16, 16)).shape == (1, 3, 32, 32)
@@ -502,19 +468,20 @@ def test_cpu_threads_follow_the_usable_cpus_not_the_machine(monkeypatch):
 
 
 def test_cpu_budget_stops_with_checkpoint_and_a_resume_within_it_does_nothing(tmp_path, capsys):
-    trainer = Trainer(_cfg(tmp_path, steps=40, val_every=20, cpu_hours=1e-9))  # 3.6 microseconds
+    trainer = Trainer(tiny_config(tmp_path, steps=40, val_every=20, cpu_hours=1e-9))  # 3.6 microseconds
     trainer.fit()
     assert "CPU budget of 1e-09 h reached: stopped at step 1" in capsys.readouterr().err
     ckpt = torch.load(trainer.run_dir / "last.pt", weights_only=False)
     assert ckpt["step"] == 1 and ckpt["cpu_elapsed"] > 0
-    assert [r["step"] for r in _log(trainer.run_dir) if r.get("event") == "val"] == [1]
-    again = Trainer(_cfg(tmp_path, steps=40, val_every=20, cpu_hours=1e-9), resume=True)
+    assert [r["step"] for r in read_log(trainer.run_dir) if r.get("event") == "val"] == [1]
+    again = Trainer(tiny_config(tmp_path, steps=40, val_every=20, cpu_hours=1e-9), resume=True)
     again.fit()
     assert again.step == 1 and "CPU budget of 1e-09 h is spent" in capsys.readouterr().err
-    more = Trainer(_cfg(tmp_path, steps=6, val_every=20, cpu_hours=1.0), resume=True)  # a larger budget
+    # a larger budget
+    more = Trainer(tiny_config(tmp_path, steps=6, val_every=20, cpu_hours=1.0), resume=True)
     more.fit()
     assert more.step == 6 and more.cpu_elapsed > ckpt["cpu_elapsed"]
-    logged = [r["cpu_seconds"] for r in _log(trainer.run_dir) if "cpu_seconds" in r]
+    logged = [r["cpu_seconds"] for r in read_log(trainer.run_dir) if "cpu_seconds" in r]
     assert logged == sorted(logged) and logged[-1] <= more.cpu_elapsed + 0.1
 
 
@@ -576,9 +543,9 @@ def test_degraded_training_draws_a_cached_pool_and_logs_it(tmp_path):
     from sr.train.loop import training_pairs
 
     # (patch 8 + 2 x 12 LR margin) x 2 = 64 px: the 72 px textures hold a patch with its margins
-    cfg = _cfg(tmp_path, degrade="photo", pool=16, patch=8, steps=6, val_every=6, log_every=3)
+    cfg = tiny_config(tmp_path, degrade="photo", pool=16, patch=8, steps=6, val_every=6, log_every=3)
     Trainer(cfg).fit()
-    log = _log(cfg.run_dir)
+    log = read_log(cfg.run_dir)
     start = next(r for r in log if r.get("event") == "start")
     assert start["degrade"] == "photo" and start["pool"] == 16 and start["images"] == 16
     assert 0 <= start["pool_clean_share"] <= 1 and start["skipped_small"] == 0
@@ -597,7 +564,7 @@ def test_degraded_training_draws_a_cached_pool_and_logs_it(tmp_path):
         np.testing.assert_array_equal(h, rh)
         np.testing.assert_array_equal(lr, rl)
     with pytest.raises(ValueError, match="unknown degradation 'nope'"):
-        Trainer(_cfg(tmp_path / "bad", degrade="nope"))
+        Trainer(tiny_config(tmp_path / "bad", degrade="nope"))
 
 
 def test_validation_on_val_lr_folders_scores_their_files(tmp_path):
@@ -605,10 +572,10 @@ def test_validation_on_val_lr_folders_scores_their_files(tmp_path):
     from sr.evaluation.degraded import build_degraded_set, set_folder_name
     from sr.train.loop import validate
 
-    val = _textures(tmp_path / "val", n=2, size=48, seed=1)  # the folder _cfg makes
+    val = textures(tmp_path / "val", n=2, size=48, seed=1)  # the folder tiny_config makes
     lr_dir = tmp_path / "degraded" / set_folder_name(val, "mild", 2)
     build_degraded_set(val, lr_dir, 2, "mild")
-    cfg = _cfg(tmp_path, steps=2, val_every=2, log_every=1, val_lr=[str(lr_dir)])
+    cfg = tiny_config(tmp_path, steps=2, val_every=2, log_every=1, val_lr=[str(lr_dir)])
     trainer = Trainer(cfg)
     name = set_name(lr_dir)  # the set goes by its LR folder's name: one HR folder, several degradations
     results = validate(trainer.ema, cfg, torch.device("cpu"))
@@ -617,16 +584,16 @@ def test_validation_on_val_lr_folders_scores_their_files(tmp_path):
     assert list(results) == [name]
     assert results[name]["psnr"] == pytest.approx(np.mean([p for p, _ in scores]), abs=1e-9)
     assert results[name]["ssim"] == pytest.approx(np.mean([s for _, s in scores]), abs=1e-9)
-    clean = validate(trainer.ema, _cfg(tmp_path, steps=2), torch.device("cpu"))
+    clean = validate(trainer.ema, tiny_config(tmp_path, steps=2), torch.device("cpu"))
     assert clean[set_name(val)]["psnr"] > results[name]["psnr"]  # the degraded LR is harder
     trainer.fit()
-    (rec,) = [r for r in _log(cfg.run_dir) if r.get("event") == "val"]
+    (rec,) = [r for r in read_log(cfg.run_dir) if r.get("event") == "val"]
     assert math.isfinite(rec[f"{name}_psnr"]) and rec["step"] == 2
 
 
 def test_val_lr_needs_one_folder_per_val_folder(tmp_path):
     message = r"--val-lr needs one folder per --val folder \(1 --val, 2 --val-lr\)"
     with pytest.raises(ValueError, match=message):
-        Trainer(_cfg(tmp_path, val_lr=[str(tmp_path / "a"), str(tmp_path / "b")]))
+        Trainer(tiny_config(tmp_path, val_lr=[str(tmp_path / "a"), str(tmp_path / "b")]))
     with pytest.raises(ValueError, match=r"\(0 --val, 1 --val-lr\)"):
-        Trainer(_cfg(tmp_path, val=[], val_lr=[str(tmp_path / "a")]))
+        Trainer(tiny_config(tmp_path, val=[], val_lr=[str(tmp_path / "a")]))

@@ -230,7 +230,7 @@ def test_a_resumed_video_reports_what_it_upscaled_and_what_it_kept(make_clip, ti
     real = seg.encode_segment
     interrupt_encoding(2)
     with pytest.raises(KeyboardInterrupt):
-        run_batch(opts)
+        run_batch(opts, prog="sr upscale")
     err = capsys.readouterr().err
     assert (f"sr upscale: {src}: interrupted: 4 of 7 frames kept (2 of 4 segments, in "
             f"{parts_folder(tmp_path / 'out' / 'clip_x2.mp4')}); the same command resumes from there "

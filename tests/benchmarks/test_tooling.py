@@ -1,4 +1,4 @@
-"""sr.tooling: the helpers the benchmarks and research scripts share."""
+"""benchmarks.tooling: the helpers the benchmarks and research scripts share."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.tooling import comma_choices, set_threads, write_json
 from sr.errors import CLIError
-from sr.tooling import comma_choices, set_threads, write_json
 
 
 def test_comma_choices_keeps_order_and_names_the_unknown() -> None:

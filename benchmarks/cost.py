@@ -39,12 +39,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import CLIError
-from ..inference.engine import UpscaleError, Upscaler
-from ..inference.precision import DTYPES
-from ..models.attention import AttentionBranch, routing
-from ..tooling import set_threads, write_json
+from sr.errors import CLIError
+from sr.inference.engine import UpscaleError, Upscaler
+from sr.inference.precision import DTYPES
+from sr.models.attention import AttentionBranch, routing
+
 from .attention import Clock, run_config
+from .tooling import set_threads, write_json
 
 DEFAULT_MODELS = ("asa-base-x2", "asa-base-x4", "photo-x2")
 PRECISIONS = ("bf16", "fp32")

@@ -40,8 +40,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from .. import DEFAULT_MODEL
-from ..errors import CLIError
+from sr import DEFAULT_MODEL
+from sr.errors import CLIError
 
 # The load test is a client: torch (models, weights) is imported only where tiny test weights are
 # made, so a load test against a running service never imports it.
@@ -526,8 +526,8 @@ def _mb(x: int | float | None) -> float | None:
 def _make_tiny_weights(folder: Path) -> None:
     import torch
 
-    from ..models import build_model
-    from ..weights import save_weights
+    from sr.models import build_model
+    from sr.weights import save_weights
 
     torch.manual_seed(0)
     save_weights(build_model("asa-small-x2"), folder / "asa-small-x2.safetensors", preset="asa-small")

@@ -174,6 +174,10 @@ def get_service(request: Request) -> Service:
     return request.app.state.service
 
 
+# The one spelling of "this app's Service" that routes take as a parameter.
+ServiceDep = Annotated[Service, Depends(get_service)]
+
+
 api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False,
                               description="required only when the server is started with an API key")
 
@@ -196,7 +200,7 @@ def require_api_key(
         raise HTTPException(401, detail=API_KEY_DETAIL, headers={"WWW-Authenticate": "ApiKey"})
 
 
-def require_ready(service: Annotated[Service, Depends(get_service)]) -> None:
+def require_ready(service: ServiceDep) -> None:
     if service.hub.state == "loading":
         raise HTTPException(503, detail="model is still loading; retry shortly", headers={"Retry-After": "2"})
     if service.hub.state == "failed":
@@ -254,7 +258,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 )
 async def upscale(
     request: Request,
-    service: Annotated[Service, Depends(get_service)],
+    service: ServiceDep,
     file: Annotated[UploadFile, File(description="the image (PNG, JPEG, WebP, BMP, TIFF, GIF...)")],
     # Values are checked by the request (sr.request.UpscaleRequest.validate), as the CLI's are:
     # the same bad value gets the same sentence from both, here as a 422.
@@ -314,7 +318,7 @@ async def upscale(
 )
 async def preview(
     request: Request,
-    service: Annotated[Service, Depends(get_service)],
+    service: ServiceDep,
     file: Annotated[UploadFile, File(description="the image, as for /v1/upscale")],
 ) -> Response:
     settings = service.settings
@@ -356,7 +360,7 @@ async def preview(
     summary="The budget map kept with a result (POST /v1/upscale with keep_budget_map=true)",
 )
 async def budget_map_of_result(
-    service: Annotated[Service, Depends(get_service)],
+    service: ServiceDep,
     map_id: Annotated[str, UrlPath(max_length=64, description="the X-Budget-Map-Id of an upscale")],
 ) -> Response:
     kept = service.budget_maps.get(map_id)
@@ -373,7 +377,7 @@ async def budget_map_of_result(
 
 @v1.get("/models", summary="Models offered, with scales, parameters and Set5 PSNR",
         responses={401: _ERRORS[401]})
-def models(service: Annotated[Service, Depends(get_service)]) -> dict[str, Any]:
+def models(service: ServiceDep) -> dict[str, Any]:
     hub = service.hub
     return {
         "default": hub.default,
@@ -494,7 +498,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v1)
 
     @app.get("/healthz", tags=["ops"], summary="Liveness: the process answers")
-    async def healthz(service: Annotated[Service, Depends(get_service)]) -> dict[str, Any]:
+    async def healthz(service: ServiceDep) -> dict[str, Any]:
         # async: answered on the event loop, never waiting for a thread that uploads or sync
         # endpoints may all hold (a liveness probe must not be starved, issue 54 row D).
         return {"status": "ok", "model_state": service.hub.state, "jobs": service.pool.stats(),
@@ -503,7 +507,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/readyz", tags=["ops"], summary="Readiness: the model is loaded (503 until then)",
              responses={503: _ERRORS[503]})
-    def readyz(service: Annotated[Service, Depends(get_service)]) -> JSONResponse:
+    def readyz(service: ServiceDep) -> JSONResponse:
         info = service.hub.describe()
         if not service.hub.ready:
             info["detail"] = ("model is still loading" if service.hub.state == "loading"

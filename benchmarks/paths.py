@@ -19,18 +19,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import CLIError
-from ..evaluation import list_images
-from ..inference.devices import configure_threads, resolve_device
-from ..inference.onnx_export import OnnxNet, OnnxUnavailable, export_onnx
-from ..io import read_image
-from ..metrics import float_psnr
-from ..models import set_attention_path
-from ..tooling import comma_choices
-from ..weights import WeightsError, load_model
-from .attention import Clock, add_timing_arguments
+from sr.errors import CLIError
+from sr.evaluation import list_images
+from sr.inference.devices import configure_threads, resolve_device
+from sr.inference.onnx_export import OnnxNet, OnnxUnavailable, export_onnx
+from sr.io import read_image
+from sr.metrics import float_psnr
+from sr.models import set_attention_path
+from sr.weights import WeightsError, load_model
 
-REPO = Path(__file__).resolve().parents[2]
+from .attention import Clock, add_timing_arguments
+from .tooling import comma_choices
+
+REPO = Path(__file__).resolve().parents[1]
 PATHS = ("tiered", "static", "compile", "onnx")
 DEFAULT_PATHS = ("tiered", "static", "onnx")
 

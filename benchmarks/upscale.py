@@ -31,12 +31,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import CLIError
+from sr.errors import CLIError
 
 # sr's heavy modules (torch) are imported inside the functions: `sr bench upscale` with a bad
 # argument fails before torch is imported.
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = REPO.parent / "shared" / "datasets" / "benchmark" / "Set14"
 DEFAULT_MODELS = ("asa-base-x2", "asa-base-x4")
 
@@ -78,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _load_images(folder: Path, limit: int | None):
     import numpy as np
 
-    from ..evaluation import list_images, load_hr
+    from sr.evaluation import list_images, load_hr
 
     try:
         paths = list_images(folder)
@@ -127,7 +127,7 @@ def _time_arms(fns: list, inputs: list, out_pixels: list[int]) -> tuple[list[flo
 
 def parse_precisions(text: str) -> list[str]:
     """'fp32,bf16' -> ['fp32', 'bf16'] (each checked; duplicates and empties refused)."""
-    from ..inference.precision import PrecisionError, parse_precision
+    from sr.inference.precision import PrecisionError, parse_precision
 
     names = [t.strip() for t in text.split(",")]
     try:
@@ -144,8 +144,8 @@ def _precision_rows(name: str, ups: list, decoded: list, out_px: list[int], prof
     ``profile``, each arm's costliest operators on the largest image (``profile`` key)."""
     import numpy as np
 
-    from ..inference.precision import precision_name
-    from ..metrics import float_psnr
+    from sr.inference.precision import precision_name
+    from sr.metrics import float_psnr
 
     s = ups[0].scales[0]
     fns = [lambda d, up=up: up.upscale(d, scale=s).image.pixels for up in ups]
@@ -177,9 +177,9 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from PIL import Image
 
-    from ..inference import UpscaleError, Upscaler
-    from ..io import DecodedImage
-    from ..resize import imresize, modcrop
+    from sr.inference import UpscaleError, Upscaler
+    from sr.io import DecodedImage
+    from sr.resize import imresize, modcrop
 
     if args.max_images is not None and args.max_images < 1:
         raise CLIError("--max-images must be >= 1")
@@ -280,9 +280,9 @@ def _sweep(models: list, images: list, tile: int, overlaps_text: str) -> list[di
     import numpy as np
     import torch
 
-    from ..inference.tiling import BLEND_RAMP, min_tile, plan_axis, run_tiled
-    from ..metrics import float_psnr
-    from ..resize import imresize, modcrop
+    from sr.inference.tiling import BLEND_RAMP, min_tile, plan_axis, run_tiled
+    from sr.metrics import float_psnr
+    from sr.resize import imresize, modcrop
 
     try:
         overlaps = [int(v) for v in overlaps_text.split(",") if v.strip()]
@@ -393,16 +393,16 @@ def _ray_vs_local(args: argparse.Namespace, tile: int | str) -> int:
 
     import numpy as np
 
-    from ..inference import UpscaleError, Upscaler
-    from ..io import DecodedImage, write_image
-    from ..resize import imresize, modcrop
+    from sr.inference import UpscaleError, Upscaler
+    from sr.io import DecodedImage, write_image
+    from sr.resize import imresize, modcrop
 
     try:
         import ray  # noqa: F401 - only checked here: the Ray run is a child process
     except ImportError:
-        from ..batch.cluster import INSTALL_HINT
+        from sr.batch.cluster import INSTALL_HINT
 
-        raise CLIError(INSTALL_HINT) from None
+        raise CLIError(INSTALL_HINT.format(ray="--ray")) from None
     if args.ray_actors < 1 or args.copies < 1:
         raise CLIError("--ray-actors and --copies must be >= 1")
     name = (args.model or DEFAULT_MODELS)[0]

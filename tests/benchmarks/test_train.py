@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sr.bench.train import configurations
+from benchmarks.train import configurations
 from sr.cli import main
 
 
@@ -91,7 +91,7 @@ def test_the_bench_step_is_the_trainers_step_with_ema():
 
     import torch
 
-    from sr.bench.train import Step
+    from benchmarks.train import Step
 
     args = argparse.Namespace(scale=2, amp=False, seed=0)
     step = Step("asa-small", "none", "contiguous", args, torch.device("cpu"))

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from sr.bench.contention import busy_load, parse_configs, run_arm
+from benchmarks.contention import busy_load, parse_configs, run_arm
 from sr.cli import main
 from sr.errors import CLIError
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from sr.bench.serve import (
+from benchmarks.serve import (
     HOSTILE_KINDS,
     ISSUE54_KINDS,
     RAW_REQUESTS,

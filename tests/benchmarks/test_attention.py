@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sr.bench.attention import METHODS, checks
+from benchmarks.attention import METHODS, checks
 from sr.cli import main
 
 
@@ -68,7 +68,7 @@ def test_textbook_dense_is_skipped_when_it_would_not_fit(capsys):
 
 
 def test_checks_compute_speedups_and_budget_cuts():
-    from sr.bench.attention import Row
+    from benchmarks.attention import Row
 
     rows = [Row(64, 4096, "dense-sdpa", fwd_ms=100.0, fwd_peak_mib=4.0),
             Row(64, 4096, "adaptive-b4", fwd_ms=10.0, fwd_peak_mib=2.0),

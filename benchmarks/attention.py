@@ -46,18 +46,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..errors import CLIError
-from ..inference.devices import DeviceError, resolve_device
-from ..models.attention import (
+from sr.errors import CLIError
+from sr.inference.devices import DeviceError, resolve_device
+from sr.models.attention import (
     AdaptiveSparseAttention,
     AttentionBranch,
     DenseAttention,
     attention,
     make_attention,
 )
-from ..models.attention.common import merge_heads, split_heads
-from ..tooling import comma_choices, set_threads, write_json
-from ..weights import WeightsError, load_model
+from sr.models.attention.common import merge_heads, split_heads
+from sr.weights import WeightsError, load_model
+
+from .tooling import comma_choices, set_threads, write_json
 
 METHODS = ("dense-textbook", "dense-sdpa", "window", "topk", "adaptive-b4", "adaptive-b2")
 # Method -> (registered attention kind, block index, options), built through the registry as the

@@ -1,6 +1,6 @@
 """Small helpers that the benchmarks (``sr bench``) and the research scripts share: comma-separated
-choices, atomic JSON reports and the torch thread count. They lived in sr.bench.attention, which
-every other benchmark and research script then imported for them."""
+choices, atomic JSON reports and the torch thread count. Both live in the checkout, not in the wheel,
+so the helpers live here rather than in the sr package."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import CLIError
-from .io import atomic_write
+from sr.errors import CLIError
+from sr.io import atomic_write
 
 __all__ = ["comma_choices", "set_threads", "write_json"]
 

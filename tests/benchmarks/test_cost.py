@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from sr.bench.cost import attention_bypassed, conv_macs, routed_core_free
+from benchmarks.cost import attention_bypassed, conv_macs, routed_core_free
 from sr.cli import main
 from sr.models.attention import AttentionBranch
 from sr.models.registry import build_model

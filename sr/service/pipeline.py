@@ -133,7 +133,7 @@ def engine_for(hub: ModelHub, family: str, request: UpscaleRequest) -> Upscaler:
         raise HTTPException(503, detail=f"model {family} is unavailable: {e}") from None
     if request.scale is not None:
         try:
-            engine.plan_size(1, 1, scale=request.scale)  # before the upload is read, as the CLI checks it
+            engine.check_scale(request.scale)  # before the upload is read, as the CLI checks it
         except UpscaleError as e:
             raise HTTPException(422, detail=str(e)) from None
     return engine
@@ -176,17 +176,6 @@ def run_job(engine: Upscaler, req: JobRequest) -> JobResult:
         timings_ms={"queue": (t0 - req.submitted) * 1e3, "decode": (t1 - t0) * 1e3,
                     "upscale": (t2 - t1) * 1e3, "encode": (t3 - t2) * 1e3},
     )
-
-
-def run_preview(data: bytes, max_pixels: int) -> bytes:
-    """The decoded input as an 8-bit PNG (orientation applied, ICC kept): what the page shows as
-    "before" for formats a browser cannot display (TIFF, PPM...)."""
-    import dataclasses
-
-    from sr.io import encode_image, read_image
-
-    img = read_image(data, max_pixels=max_pixels)
-    return encode_image(dataclasses.replace(img, bit_depth=8), format="png")
 
 
 def _check_stop(req: JobRequest) -> None:

@@ -37,9 +37,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import CLIError
-from ..tooling import comma_choices, write_json
+from sr.errors import CLIError
+
 from .cost import centre_tile, load_picture
+from .tooling import comma_choices, write_json
 
 BACKENDS = ("torch", "openvino")
 LOADS = ("none", "busy")
@@ -143,7 +144,7 @@ class TorchBackend:
     worker thread takes from the process-wide setting when it first runs an op."""
 
     def __init__(self, model: str, precision: str, tile: np.ndarray) -> None:
-        from ..inference.engine import UpscaleError, Upscaler
+        from sr.inference.engine import UpscaleError, Upscaler
 
         try:
             up = Upscaler(model, device="cpu", precision=precision, threads=1)
@@ -222,7 +223,7 @@ def table(rows: list[ContentionRow]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..inference.devices import usable_cpus
+    from sr.inference.devices import usable_cpus
 
     configs = parse_configs(args.configs)
     backends = comma_choices(args.backends, BACKENDS, "backend(s)")
@@ -239,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
         runners["torch"] = torch_backend
     tmp = None
     if "openvino" in backends:
-        from ..inference.onnx_export import OnnxUnavailable, export_onnx
+        from sr.inference.onnx_export import OnnxUnavailable, export_onnx
 
         tmp = tempfile.TemporaryDirectory()
         try:
@@ -252,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
     precision = str(next(torch_backend.net.parameters()).dtype).removeprefix("torch.")
     agreement = None
     if "openvino" in runners:  # same tile, same precision: how far OpenVINO's output is from torch's
-        from ..metrics import float_psnr
+        from sr.metrics import float_psnr
 
         agreement = float_psnr(runners["openvino"].output(), torch_backend.output())  # type: ignore[attr-defined]
         print(f"openvino vs torch output on this tile: {agreement:.1f} dB", flush=True)

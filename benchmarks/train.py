@@ -23,13 +23,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..errors import CLIError
-from ..models import DEFAULT_PRESET, PRESETS, count_params
-from ..models.attention import ATTENTION_KINDS
-from ..tooling import set_threads, write_json
-from ..train.config import TrainConfig
-from ..train.loop import Trainer
+from sr.errors import CLIError
+from sr.models import DEFAULT_PRESET, PRESETS, count_params
+from sr.models.attention import ATTENTION_KINDS
+from sr.train.config import TrainConfig
+from sr.train.loop import Trainer
+
 from .attention import Clock, add_timing_arguments, pick_device, run_config
+from .tooling import set_threads, write_json
 
 BUDGET_WEIGHT = TrainConfig.budget_weight  # the trainer's default
 TARGET_RATIO = 1.5  # the default preset's step may cost at most this much more than without attention

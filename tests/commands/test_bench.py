@@ -1,0 +1,40 @@
+"""``sr bench``: the thin entry point to the checkout's benchmarks/ (the benchmarks' own tests:
+tests/benchmarks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sr.cli import main
+from sr.commands import bench
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_benchmarks_come_from_the_checkout_sr_runs_from() -> None:
+    assert bench.find_checkout() == REPO
+    assert Path(bench.load_benchmark("tooling").__file__) == REPO / "benchmarks" / "tooling.py"
+    assert set(bench.BENCHMARKS) <= {p.stem for p in (REPO / "benchmarks").glob("*.py")}
+
+
+def test_installed_without_the_benchmarks_it_says_how_to_get_them(monkeypatch, capsys) -> None:
+    """A wheel install away from a checkout: one line and exit 2, whatever the benchmark's flags."""
+    monkeypatch.setattr(bench, "find_checkout", lambda: None)
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "upscale", "--images", "hr", "--threads", "1"])
+    assert stop.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "sr bench: error: the benchmarks are not part of the installed package; run sr bench from a "
+        "checkout of the source (pip install -e '.[bench]' there; docs/benchmarks.md)\n"
+    )
+
+
+def test_an_unknown_benchmark_is_a_usage_error(capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "no-such-bench"])
+    assert stop.value.code == 2
+    assert "invalid choice: 'no-such-bench'" in capsys.readouterr().err
