@@ -39,7 +39,7 @@ class SegmentActor:
         info = probe(Path(src))
         upscale = frame_upscaler(self.up, info, self.opts)
         seg.encode_segment(info, a, b, upscale, settings_of(self.opts), Path(dest))
-        r = upscale.last.get("result")
+        r = upscale.last
         return b - a, r.model if r is not None else "", r.choice.describe() if r and r.choice else ""
 
 

@@ -28,7 +28,7 @@ from .probe import VideoInfo, probe
 from .settings import VideoOptions, VideoSettings
 
 if TYPE_CHECKING:
-    from ..inference import Upscaler
+    from ..inference import Upscaler, UpscaleResult
 
 
 @dataclass
@@ -85,22 +85,29 @@ def _span(info: VideoInfo, settings: VideoSettings) -> tuple[int, int]:
     return a, b
 
 
-def frame_upscaler(up: Upscaler, info: VideoInfo, opts: VideoOptions):  # noqa: ANN201 - a closure
+class FrameUpscaler:
     """float RGB frame -> uint8 RGB output frame, with the batch's model and size options; for
-    ``--model auto`` the video's codec says lossy (photo family) or lossless (the default family)."""
-    from ..io import DecodedImage
-    from ..lossy import Compression
+    ``--model auto`` the video's codec says lossy (photo family) or lossless (the default family).
+    ``last`` is the newest frame's result (its model and auto's choice name the clip's), None before
+    the first frame."""
 
-    source = Compression(format=info.codec.upper(), lossy=not info.lossless)
-    last = {}
+    def __init__(self, up: Upscaler, info: VideoInfo, opts: VideoOptions) -> None:
+        from ..lossy import Compression
 
-    def run(rgb: np.ndarray) -> np.ndarray:
-        result = up.run(DecodedImage(rgb), opts.request, source=source, quantize=True)
-        last["result"] = result
-        return result.image.pixels
+        self.up, self.request = up, opts.request
+        self.source = Compression(format=info.codec.upper(), lossy=not info.lossless)
+        self.last: UpscaleResult | None = None
 
-    run.last = last  # type: ignore[attr-defined]
-    return run
+    def __call__(self, rgb: np.ndarray) -> np.ndarray:
+        from ..io import DecodedImage
+
+        self.last = self.up.run(DecodedImage(rgb), self.request, source=self.source, quantize=True)
+        return self.last.image.pixels
+
+
+def frame_upscaler(up: Upscaler, info: VideoInfo, opts: VideoOptions) -> FrameUpscaler:
+    """The clip's :class:`FrameUpscaler`."""
+    return FrameUpscaler(up, info, opts)
 
 
 def _plan_key(info: VideoInfo, opts: VideoOptions, settings: VideoSettings, a: int, b: int,
@@ -245,7 +252,7 @@ def upscale_video(
         raise VideoInterrupted(plan) from None
     finally:
         bar.close()
-    result = upscale.last.get("result")
+    result = upscale.last
     return result_of(up, plan, opts, time.perf_counter() - start,
                      choice=result.choice if result is not None else None,
                      model=result.model if result is not None else "", kept=kept)
