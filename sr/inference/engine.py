@@ -272,7 +272,7 @@ class Upscaler:
             raise UpscaleError(f"tile_overlap must be an integer >= 0, got {tile_overlap!r}")
         self.tile_overlap = tile_overlap
         self.tile = self._parse_tile(tile)
-        self.weights_dir = Path(weights_dir) if weights_dir is not None else sr_weights.WEIGHTS_DIR
+        self.weights_dir = sr_weights.weights_folder(weights_dir)
         self._auto: AutoModel | None = None
         self._blend_base: dict[int, ModelDescriptor] = {}  # denoise < 1: the default family, by scale
         self._natural: dict[int, ModelDescriptor] = {}  # look > 0 (and denoise > 0): photo-natural, by scale
