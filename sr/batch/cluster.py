@@ -344,7 +344,7 @@ class Executor:
             if store and need > store:
                 job.problem = (f"needs {need / 2**20:,.0f} MiB of Ray's object store (input and output "
                                f"samples), more than a node holds ({store / 2**20:,.0f} MiB): run it "
-                               "without --ray, or lower the output size")
+                               f"without {opts.option_name('ray')}, or lower the output size")
         self.todo = [j for j in todo if j.problem is None]
         self.model = self._ship_model()
 

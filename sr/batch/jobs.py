@@ -150,7 +150,8 @@ def plan_outputs(jobs: list[Job], outdir: Path, suffix: str, opts: BatchOptions)
         if exists and opts.skip_existing:
             job.skip = True
         elif exists and not opts.overwrite:
-            job.problem = f"output {job.out} exists (use --overwrite or --skip-existing)"
+            job.problem = (f"output {job.out} exists (use {opts.option_name('overwrite')} or "
+                           f"{opts.option_name('skip_existing')})")
 
 
 def prepare_output_folder(outdir: Path) -> None:

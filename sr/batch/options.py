@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 from .. import DEFAULT_CHOICE
 from ..io import DEFAULT_MAX_PIXELS
 from ..request import DEFAULT_TILE_OVERLAP, UpscaleRequest
-from .errors import BatchError
+from .errors import BatchError, Naming
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 # The command's request when no flag changes it: model auto (the CLI's default), the rest as UpscaleRequest's.
@@ -51,6 +52,9 @@ class BatchOptions:
     ray: str | None = None  # None: local threads; "" a local Ray; else the cluster's address
     ray_actors: int | None = None
     weights_dir: str | None = None  # the folder named models are looked up in (None: the default)
+    # how the caller's users call an option, for the hints of per-file problems ("use --overwrite");
+    # sr upscale passes its flag spelling, Python callers get the field names
+    option_name: Naming = str
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> BatchOptions:
@@ -124,4 +128,6 @@ class BatchOptions:
         if device not in DEVICES:
             raise BatchError("unknown device {got!r}; choose from {devices}", got=self.device,
                              devices=", ".join(DEVICES))
-        return replace(self, device=device)
+        # the actors look named models up themselves, from their own working folder: an absolute path
+        weights_dir = None if self.weights_dir is None else str(Path(self.weights_dir).expanduser().absolute())
+        return replace(self, device=device, weights_dir=weights_dir)

@@ -140,7 +140,8 @@ def write_output(job: Job, output: Output, opts: BatchOptions) -> Written:
     try:
         job.out.parent.mkdir(parents=True, exist_ok=True)
         if job.out.exists() and not (opts.overwrite or opts.skip_existing):
-            raise FileExistsError(f"output {job.out} appeared meanwhile (use --overwrite)")
+            hint = opts.option_name("overwrite")
+            raise FileExistsError(f"output {job.out} appeared meanwhile (use {hint})")
         write_image(job.out, unpack(output.image), output_format(job, opts.request.format),
                     opts.request.quality)
         if output.heat is not None:

@@ -25,7 +25,7 @@ def run_videos(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOptions
     for job in videos:
         try:
             if job.out.exists() and not (opts.overwrite or opts.skip_existing):
-                raise VideoError(f"output {job.out} appeared meanwhile (use --overwrite)")
+                raise VideoError(f"output {job.out} appeared meanwhile (use {opts.option_name('overwrite')})")
             r = upscale_video(up, job.src, job.out, opts)
         except VideoInterrupted as e:
             stats.warn(str(e))

@@ -174,10 +174,12 @@ def flag(field: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # imported here, not at the top: argument errors are decided before torch is imported
+    from dataclasses import replace
+
     from ..batch import BatchError, BatchOptions, run_batch
 
     checked_weights_dir(args.weights_dir)  # a folder that is not there: one line, before any input is read
     try:
-        return run_batch(BatchOptions.from_namespace(args), prog="sr upscale")
+        return run_batch(replace(BatchOptions.from_namespace(args), option_name=flag), prog="sr upscale")
     except BatchError as e:
         raise CLIError(e.message(flag), code=e.code) from None

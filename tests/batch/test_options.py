@@ -63,3 +63,11 @@ def test_checked_keeps_the_batchs_own_checks() -> None:
         assert e.value.field == argv[0].removeprefix("--") and str(e.value).startswith(message[2:])
     with pytest.raises(BatchError, match="budget maps"):
         BatchOptions(inputs=(), output="o", request=UpscaleRequest(budget_map=True)).checked()
+
+
+def test_a_ray_run_gives_its_actors_the_weights_folder_as_an_absolute_path(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    opts = BatchOptions(inputs=("x.png",), output="out", ray="", weights_dir="mine").checked()
+    assert opts.weights_dir == str(tmp_path / "mine")  # an actor's working folder is not the driver's
+    assert BatchOptions(inputs=("x.png",), output="out", weights_dir="mine").checked().weights_dir == "mine"
+    assert BatchOptions(inputs=("x.png",), output="out", ray="").checked().weights_dir is None

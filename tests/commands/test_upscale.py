@@ -177,7 +177,7 @@ def test_existing_outputs_skip_overwrite_or_error(tmp_path, tiny, capsys):
     first = (out / "x_x2.png").stat().st_mtime_ns
     capsys.readouterr()
     assert sr(str(src), "-o", str(out), "--model", tiny) == 1
-    assert "exists" in capsys.readouterr().err
+    assert f"output {out / 'x_x2.png'} exists (use --overwrite or --skip-existing)" in capsys.readouterr().err
     assert sr(str(src), "-o", str(out), "--model", tiny, "--skip-existing") == 0
     assert "0 done, 1 skipped, 0 failed" in capsys.readouterr().out
     assert (out / "x_x2.png").stat().st_mtime_ns == first
