@@ -12,7 +12,7 @@ its first call after another size's is not what a job pays); CPU-time medians wi
 (the default; use it with ``--threads 1``).
 
 Printed per row: ms per tile, microseconds per input pixel of a tile (what the engine's auto tile
-table holds, :data:`sr.inference.engine.TILE_COST_US_PER_PX`), and the seconds per output megapixel
+table holds, :data:`sr.inference.tiling.CPU_TILE_COST`), and the seconds per output megapixel
 of a whole ``--image-size`` job cut into that tile (overlap recomputed, edge tiles counted).
 
 Then the relative table the engine holds: per precision, each model's us/px divided by its own

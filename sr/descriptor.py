@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .models import PRESETS, NetConfig, SRNet, build_config, count_params
-from .models.attention import AttentionBranch, attention_k_max
+from .models.attention import AttentionBranch, attention_k_max, make_attention
 from .shipped import SCALES as SCALES  # defined without torch, for the CLI's early checks
 
 
@@ -48,6 +48,18 @@ def net_align(net: torch.nn.Module) -> int:
     for m in net.modules():
         if isinstance(m, AttentionBranch):
             align = math.lcm(align, m.align)
+    return align
+
+
+def config_align(cfg: NetConfig) -> int:
+    """:func:`net_align` of the network ``cfg`` builds, from its attention blocks alone (built as the
+    network builds them, a few small layers): no conv body, no weights."""
+    if cfg.attention == "none":
+        return 1
+    align = 1
+    for index in range(cfg.blocks // cfg.attn_every):  # one attention block after every attn_every-th
+        block = make_attention(cfg.attention, cfg.channels, cfg.heads, index, **cfg.attn_options)
+        align = math.lcm(align, net_align(block))
     return align
 
 
@@ -94,8 +106,9 @@ class ModelDescriptor:
     @cached_property
     def align(self) -> int:
         """Tile starts must be multiples of this (attention stride x region or window), as the
-        built blocks state it; an unloaded model is built (cheap, random weights) to ask them."""
-        return net_align(self.net if self.net is not None else SRNet(self.config))
+        blocks state it: the loaded network's, else its config's attention blocks' (no network is
+        built and nothing is read, as spandrel's descriptors state their size requirements)."""
+        return net_align(self.net) if self.net is not None else config_align(self.config)
 
     # -- metadata ----------------------------------------------------------------------------
     @property

@@ -76,3 +76,17 @@ def test_resolution_errors(tmp_path: Path) -> None:
     assert catalog(tmp_path) == []  # unreadable files are not models
     assert list_models(tmp_path) == []
     assert family_of("asa-base-x2") == "asa-base" and family_of("asa-base-x7") == "asa-base-x7"
+
+
+@pytest.mark.parametrize("attention, options", [
+    ("adaptive", {"region": 4, "stride": 2}), ("adaptive", {"region": 2, "stride": 3}),
+    ("topk", {"region": 8}),
+    ("window", {"window": 4, "stride": 2}), ("dense", {"stride": 2}), ("none", {}),
+])
+def test_the_config_states_the_alignment_the_built_network_has(attention, options) -> None:
+    from sr.descriptor import config_align, net_align
+
+    cfg = NetConfig(scale=2, channels=8, blocks=4, attn_every=2, heads=2, attention=attention,
+                    attn_options=options)
+    assert config_align(cfg) == net_align(SRNet(cfg))
+    assert ModelDescriptor(cfg, "x").align == config_align(cfg)  # unloaded: from the config alone

@@ -5,8 +5,10 @@ the photo family (:data:`sr.PHOTO_MODEL`, fine-tuned on blurred, noisy, JPEG-com
 lossy files (JPEG, lossy WebP), the default family (:data:`sr.DEFAULT_MODEL`) for lossless ones and for
 nearly lossless lossy files (a JPEG or WebP whose estimated quality is :data:`sr.NEAR_LOSSLESS_QUALITY`
 or more).
-:class:`AutoModel` holds one engine for each side, built at once from metadata (so a missing family
-is an error up front); their weights load on first use, as every engine's do.
+:func:`auto_scales` is the one rule for where auto exists: both sides (:data:`AUTO_SIDES`) present, at
+the scales they share. :class:`sr.inference.auto.AutoEngine` holds one engine for each side, built at
+once from metadata (so a missing family is an error up front); their weights load on first use, as
+every engine's do.
 
 ``denoise`` D in [0, 1] runs the photo family as a network interpolation with the default family of
 the same scale: every tensor (1 - D) * default + D * photo (:func:`sr.weights.load_blend`). D = 0 is
@@ -25,13 +27,12 @@ service and Python callers share this one rule.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from .. import AUTO_MODEL, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
-from ..descriptor import ModelDescriptor
 from ..lossy import Compression, inspect_compression
 from ..request import (
     DEFAULT_DENOISE,
@@ -44,13 +45,21 @@ from ..request import (
     takes_look,
 )
 
+if TYPE_CHECKING:
+    from ..io import DecodedImage
 
-class Upscaler(Protocol):
-    """What ``auto`` uses of each side's engine, an :class:`sr.inference.Upscaler` (described here,
-    not imported: the engine imports this module)."""
+# auto's two sides: (the lossless side, the lossy side).
+AUTO_SIDES: tuple[str, str] = (DEFAULT_MODEL, PHOTO_MODEL)
 
-    scales: list[int]
-    _descriptors: dict[int, ModelDescriptor]
+
+def auto_scales(found: Mapping[str, Sequence[int]]) -> list[int]:
+    """The scales auto runs at, given ``found`` ({family: its scales}): those both of its sides
+    (:data:`AUTO_SIDES`) have, sorted; [] when either side is missing or they share none."""
+    lossless, lossy = AUTO_SIDES
+    if lossless not in found or lossy not in found:
+        return []
+    return sorted(set(found[lossless]) & set(found[lossy]))
+
 
 # What auto reads to decide: a file path, the file's bytes, or an already known Compression.
 Source = str | Path | bytes | Compression
@@ -79,7 +88,7 @@ def check_look(model: object, look: object | None) -> float | None:
     return DEFAULT_LOOK if look is None else parse_look(look)
 
 
-def compression_of(source: Source | None, image: Any = None) -> Compression | None:
+def compression_of(source: Source | None, image: DecodedImage | None = None) -> Compression | None:
     """What the file says about its compression (``source``: its path or bytes), or, without them,
     what the decoded image's format says: JPEG is lossy; anything else (a WebP included, whose kind
     only its bytes tell) is taken as lossless. None when nothing is known."""
@@ -143,36 +152,3 @@ def choose(compression: Compression | None, denoise: float | None = DEFAULT_DENO
         return ModelChoice(PHOTO_MODEL, compression, DEFAULT_DENOISE if denoise is None else denoise,
                            DEFAULT_LOOK if look is None else look)
     return ModelChoice(DEFAULT_MODEL, compression)
-
-
-class AutoModel:
-    """``auto``'s two engines: ``make(family, denoise, look)`` builds each once, at construction
-    (metadata only: a missing family is an error now; weights load on first use). The photo side
-    gets ``denoise`` and ``look``; the lossless side neither."""
-
-    def __init__(self, make: Callable[[str, float | None, float | None], Upscaler], denoise: float | None,
-                 look: float | None = None) -> None:
-        self.denoise = DEFAULT_DENOISE if denoise is None else denoise
-        self.look = DEFAULT_LOOK if look is None else look
-        self.engines: dict[str, Upscaler] = {
-            DEFAULT_MODEL: make(DEFAULT_MODEL, None, None),
-            PHOTO_MODEL: make(PHOTO_MODEL, self.denoise, self.look),
-        }
-        lossless, lossy = self.engines[DEFAULT_MODEL], self.engines[PHOTO_MODEL]
-        self.scales = sorted(set(lossless.scales) & set(lossy.scales))
-        if not self.scales:
-            raise ValueError(f"{AUTO_MODEL} needs {DEFAULT_MODEL} and {PHOTO_MODEL} at a common scale "
-                             f"({DEFAULT_MODEL}: {lossless.scales}, {PHOTO_MODEL}: {lossy.scales})")
-        for engine in self.engines.values():  # both sides plan the same passes as auto itself
-            engine.scales = list(self.scales)
-
-    @property
-    def descriptors(self) -> dict[int, ModelDescriptor]:
-        """The lossless side's descriptors at the common scales (what ``plan`` and ``align`` need)."""
-        return {s: self.engines[DEFAULT_MODEL]._descriptors[s] for s in self.scales}
-
-    def choose(self, source: Source | None, image: Any = None) -> ModelChoice:
-        return choose(compression_of(source, image), self.denoise, look=self.look)
-
-    def engine(self, choice: ModelChoice) -> Upscaler:
-        return self.engines[choice.model]

@@ -95,12 +95,14 @@ def parse_precision(text: str) -> str:
     return name
 
 
-def record_name(desc: ModelDescriptor) -> str | None:
+def record_name(desc: ModelDescriptor, shipped_dir: str | Path | None = None) -> str | None:
     """The name a weights file has in :data:`BF16_PSNR_COST_DB`: the record measured the package's
-    own files, so a file elsewhere (your own weights, whatever its name) has none."""
+    own files (in ``shipped_dir``, default :data:`sr.weights.WEIGHTS_DIR`), so a file elsewhere
+    (your own weights, whatever its name) has none."""
     if desc.path is None:
         return None
-    shipped = Path(desc.path).resolve().parent == Path(sr_weights.WEIGHTS_DIR).resolve()
+    folder = sr_weights.WEIGHTS_DIR if shipped_dir is None else shipped_dir
+    shipped = Path(desc.path).resolve().parent == Path(folder).resolve()
     return desc.name if shipped else None
 
 

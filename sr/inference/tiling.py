@@ -18,10 +18,13 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from ..io import quantize
+from .devices import cpu_bf16_kind
 
 # A model run on one tile: (h, w, C) float32 -> ((s*h, s*w, C) float32, budget (h, w) float32 or None).
 TileFn = Callable[[np.ndarray], tuple[np.ndarray, "np.ndarray | None"]]
@@ -131,6 +134,115 @@ def fastest_tile(
         if cost < best_cost * (1 - TILE_MIN_GAIN):
             best, best_cost = t, cost
     return best
+
+
+# -- the auto tile: how large a tile the engine cuts when tile="auto" ----------------------------
+# Peak activation bytes per input pixel of a tile, per (channel x dtype byte): ru_maxrss of whole-image
+# asa-base-x2 runs on CPU measured 5.4-7.9 (256-768 px squares); 12 leaves headroom. The auto tile
+# keeps one tile's activations within a fraction of the free memory.
+ACTIVATION_BYTES_PER_CHANNEL_PX = 12
+AUTO_TILE_MEMORY_FRACTION = {"cpu": 0.25, "mps": 0.25, "cuda": 0.5}
+# CPU: 512 px, not more. A 512 px tile of asa-base-x2 holds ~290 MB of fp32 activations (VmHWM, issue
+# 43), a 1024 px one ~1.2 GB; with 512 a 4000x3000 photo to x2 stays within 1 GB of peak RSS (input,
+# 8-bit output canvas, one band of tile rows, one tile), and the overlap recomputed costs ~3% more.
+# Within this bound the CPU's auto tile follows measured speed (CPU_TILE_COST below).
+AUTO_TILE_MAX = {"cpu": 512, "mps": 1024, "cuda": 2048}
+# CPU speed by tile size: the network's time per input pixel of a square tile, relative to the
+# fastest size, per precision, the mean over asa-base-x2, asa-base-x4 and photo-x2 of each model's
+# own ratios. Big tiles are slower per pixel (their activations fall out of the caches), small ones
+# recompute more overlap and pay more per-forward overhead; the auto tile takes the plan of least
+# estimated time (pixels x this cost, overlap and edge tiles included) within the memory bound.
+# One table per kind of CPU (devices.cpu_bf16_kind), each measured on such a machine with one
+# thread, CPU time, medians of 3 interleaved rounds, each size over the same 512^2 photograph:
+#   python -m research.tile_speed --precision bf16 --rounds 3 --json bf16-1.json
+#   python -m research.tile_speed --models asa-base-x2 --precision fp32 --rounds 3 --json fp32-a1.json
+#   (and the same for asa-base-x4 and photo-x2), then python -m research.tile_speed --merge *.json
+# "amx": the 2-core AMX Xeon beside two training runs, three bf16 runs and two fp32 runs per model,
+# merged; single runs moved single entries by up to ~0.3 (fp32 photo-x2); 512 was the slowest in
+# every run. "emulated": the 2-core AMD EPYC Zen 3 (AVX2, no AVX-512) beside a training run, fp32
+# (bf16 cannot run there). AVX-512 BF16 CPUs without AMX (Zen 4/5) were not measured: they take the
+# AMX Xeon's table, the other AVX-512 machine. End to end the tile size changed a job's CPU time by
+# less than the machines' noise (docs/inference.md).
+CPU_TILE_COST: dict[str, dict[torch.dtype, dict[int, float]]] = {
+    "amx": {
+        torch.bfloat16: {128: 1.057, 192: 1.054, 256: 1.0, 384: 1.052, 512: 1.205},
+        torch.float32: {128: 1.0, 192: 1.025, 256: 1.044, 384: 1.152, 512: 1.332},
+    },
+    "emulated": {  # one fp32 run of the three models (2026-12-07)
+        torch.float32: {128: 1.075, 192: 1.064, 256: 1.005, 384: 1.124, 512: 1.335},
+    },
+}
+# The static attention path scores every pooled region against every other (N^2 per tile), so its
+# auto tile stays smaller: 768 px at stride 2 and 4x4 regions is N = 2304, 21 MB of scores per image.
+AUTO_TILE_MAX_STATIC = 768
+
+
+class TileTooSmall(ValueError):
+    """A fixed tile size under the smallest one a plan exists for (:func:`tile_for`)."""
+
+
+def cpu_tile_cost(dtype: torch.dtype) -> dict[int, float] | None:
+    """This CPU's measured tile table for ``dtype`` (:data:`CPU_TILE_COST`), or None where none was
+    measured (the auto tile then takes the largest tile memory allows)."""
+    return CPU_TILE_COST.get(cpu_bf16_kind(), CPU_TILE_COST["amx"]).get(dtype)
+
+
+@dataclass(frozen=True)
+class TileGrid:
+    """What the tile policy needs of one pass's network (all known from its descriptor)."""
+
+    scale: int
+    align: int  # tile starts are multiples of this (attention stride x region/window)
+    channels: int
+    dtype: torch.dtype  # what the network runs in
+
+
+def auto_tile_limit(grid: TileGrid, device_type: str, free_bytes: float, static_attention: bool) -> int:
+    """The largest tile side whose activations fit the auto tile's share of ``free_bytes`` (and the
+    device's cap; smaller on the static attention path)."""
+    dtype_bytes = torch.finfo(grid.dtype).bits // 8
+    per_px = ACTIVATION_BYTES_PER_CHANNEL_PX * grid.channels * dtype_bytes
+    per_px += 3 * grid.scale**2 * 4 * 2  # the tile's output and its weighted copy
+    budget = AUTO_TILE_MEMORY_FRACTION[device_type] * free_bytes
+    side = min(int(math.sqrt(max(budget, 0) / per_px)), AUTO_TILE_MAX[device_type])
+    if static_attention:
+        side = min(side, AUTO_TILE_MAX_STATIC)
+    return side
+
+
+def auto_tile(
+    h: int, w: int, overlap: int, grid: TileGrid, device_type: str, free_bytes: float,
+    static_attention: bool,
+) -> int | None:
+    """tile="auto" on an h x w input: on a CPU with a measured table the fastest plan within the
+    memory bound; elsewhere the whole image when it fits the bound, else the bound (aligned)."""
+    side = auto_tile_limit(grid, device_type, free_bytes, static_attention)
+    costs = cpu_tile_cost(grid.dtype) if device_type == "cpu" else None
+    if costs is not None:  # the fastest plan by measured speed, within the memory bound
+        return fastest_tile(h, w, side, overlap, grid.align, costs)
+    if h <= side and w <= side:
+        return None  # the whole image fits: exact, and no overlap recomputed
+    return max(side // grid.align * grid.align, min_tile(overlap, grid.align))
+
+
+def tile_for(
+    tile: int | str | None, h: int, w: int, overlap: int, grid: TileGrid, device_type: str,
+    free_bytes: Callable[[], float], static_attention: bool,
+) -> int | None:
+    """The tile side an h x w pass cuts (None: whole) for the setting ``tile`` (a size, "auto" or
+    None); :class:`TileTooSmall` when a fixed size is too small for ``overlap`` on this grid.
+    ``free_bytes`` is asked only for "auto"."""
+    if tile is None:
+        return None
+    if tile == "auto":
+        return auto_tile(h, w, overlap, grid, device_type, free_bytes(), static_attention)
+    assert isinstance(tile, int)
+    if tile < min_tile(overlap, grid.align):
+        raise TileTooSmall(
+            f"tile {tile} is too small for tile_overlap {overlap} with this model "
+            f"(need at least {min_tile(overlap, grid.align)})"
+        )
+    return tile
 
 
 def axis_weights(spans: list[tuple[int, int]], i: int, scale: int, ramp: float = BLEND_RAMP) -> np.ndarray:

@@ -29,6 +29,7 @@ from .settings import VideoOptions, VideoSettings
 
 if TYPE_CHECKING:
     from ..inference import Upscaler, UpscaleResult
+    from ..inference.engine import PlannedUpscale
 
 
 @dataclass
@@ -88,8 +89,9 @@ def _span(info: VideoInfo, settings: VideoSettings) -> tuple[int, int]:
 class FrameUpscaler:
     """float RGB frame -> uint8 RGB output frame, with the batch's model and size options; for
     ``--model auto`` the video's codec says lossy (photo family) or lossless (the default family).
-    ``last`` is the newest frame's result (its model and auto's choice name the clip's), None before
-    the first frame."""
+    The choice and the size plan are made once, on the first frame (every frame of a clip has its
+    size), and each frame runs through that plan. ``last`` is the newest frame's result (its model
+    and auto's choice name the clip's), None before the first frame."""
 
     def __init__(self, up: Upscaler, info: VideoInfo, opts: VideoOptions) -> None:
         from ..lossy import Compression
@@ -97,11 +99,16 @@ class FrameUpscaler:
         self.up, self.request = up, opts.request
         self.source = Compression(format=info.codec.upper(), lossy=not info.lossless)
         self.last: UpscaleResult | None = None
+        self._planned: PlannedUpscale | None = None
 
     def __call__(self, rgb: np.ndarray) -> np.ndarray:
         from ..io import DecodedImage
 
-        self.last = self.up.run(DecodedImage(rgb), self.request, source=self.source, quantize=True)
+        image = DecodedImage(rgb)
+        h, w = image.pixels.shape[:2]
+        if self._planned is None or self._planned.in_size != (h, w):
+            self._planned = self.up.planned(h, w, self.request, source=self.source, img=image)
+        self.last = self._planned(image, quantize=True)
         return self.last.image.pixels
 
 

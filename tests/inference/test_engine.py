@@ -10,7 +10,6 @@ import torch
 
 from sr.inference import UpscaleError, Upscaler, choose_passes, list_models
 from sr.inference.resample import resize_to
-from sr.inference.tiling import TILE_MIN_GAIN, min_tile
 from sr.io import DecodedImage
 
 
@@ -70,69 +69,6 @@ def test_devices_and_dtype(tiny_x2):
     up = Upscaler(tiny_x2, device="cpu", threads=1)
     assert up.dtype == torch.float32  # never half precision on CPU
     assert torch.get_num_threads() == 1
-
-
-def test_auto_tile_follows_free_memory(tiny_x2, monkeypatch):
-    import sr.inference.engine as engine
-
-    up = Upscaler(tiny_x2, device="cpu", tile="auto", threads=1)
-    loaded = up._get(2)
-    monkeypatch.setattr(engine, "available_memory", lambda device: 64 * 2**20)
-    tile = up._tile_for(loaded, 1000, 300)
-    assert tile is not None and tile % loaded.align == 0 and 64 <= tile < 300
-    monkeypatch.setattr(engine, "available_memory", lambda device: 64 * 2**30)
-    assert up._tile_for(loaded, 100, 80) is None  # fits whole: no tiling at all
-    assert up._auto_tile_limit(loaded) == engine.AUTO_TILE_MAX["cpu"]
-
-
-@pytest.mark.parametrize("free_mib", [16, 64, 256, 64 * 1024])
-def test_auto_tile_stays_within_the_memory_bound(tiny_x2, monkeypatch, free_mib):
-    import sr.inference.engine as engine
-
-    up = Upscaler(tiny_x2, device="cpu", tile="auto", threads=1)
-    loaded = up._get(2)
-    monkeypatch.setattr(engine, "available_memory", lambda device: free_mib * 2**20)
-    limit = up._auto_tile_limit(loaded)
-    for h, w in ((4000, 3000), (1000, 300), (700, 700)):
-        tile = up._tile_for(loaded, h, w)
-        assert (tile or max(h, w)) <= max(limit, min_tile(up.tile_overlap, loaded.align))
-        assert tile is None or tile % loaded.align == 0
-    # a table where the biggest tile is fastest: the memory bound is what stops it
-    monkeypatch.setattr(engine, "cpu_tile_cost", lambda dtype: {128: 3.0, 512: 1.0})
-    assert up._tile_for(loaded, 4000, 3000) == max(limit // loaded.align * loaded.align,
-                                                   min_tile(up.tile_overlap, loaded.align))
-
-
-def test_auto_tile_picks_the_tables_fastest(tiny_x2, monkeypatch):
-    import sr.inference.engine as engine
-    from sr.inference.tiling import plan_cost
-
-    up = Upscaler(tiny_x2, device="cpu", tile="auto", threads=1)
-    loaded = up._get(2)
-    monkeypatch.setattr(engine, "available_memory", lambda device: 64 * 2**30)
-    shipped = engine.cpu_tile_cost(torch.float32)  # this CPU's table
-    chosen = up._tile_for(loaded, 3000, 4000)
-    assert chosen in shipped  # the table's sizes are multiples of this model's grid
-    costs = {t: plan_cost(3000, 4000, t, up.tile_overlap, loaded.align, shipped) for t in shipped}
-    assert min(costs.values()) >= costs[chosen] * (1 - TILE_MIN_GAIN)  # a smaller size needs the margin
-    for best in (128, 256, 512):  # each size in turn made the cheapest by far: auto follows the table
-        table = {t: 1.0 if t == best else 2.0 for t in shipped}
-        monkeypatch.setattr(engine, "cpu_tile_cost", lambda dtype, table=table: table)
-        assert up._tile_for(loaded, 3000, 4000) == best
-
-
-def test_each_kind_of_cpu_has_its_own_tile_table(monkeypatch):
-    import sr.inference.engine as engine
-
-    tables = {}
-    for kind in ("amx", "avx512_bf16", "emulated"):
-        monkeypatch.setattr(engine, "cpu_bf16_kind", lambda kind=kind: kind)
-        tables[kind] = engine.cpu_tile_cost(torch.float32)
-        assert min(tables[kind].values()) == pytest.approx(1.0, abs=0.01)  # relative to the fastest
-    assert tables["emulated"] != tables["amx"]  # measured on the AVX2-only EPYC
-    assert tables["avx512_bf16"] == tables["amx"]  # not measured: the other AVX-512 machine's
-    monkeypatch.setattr(engine, "cpu_bf16_kind", lambda: "emulated")
-    assert engine.cpu_tile_cost(torch.bfloat16) is None  # bf16 cannot run there: no table
 
 
 def test_out_of_memory_retries_with_half_the_tile(tiny_x2, monkeypatch):

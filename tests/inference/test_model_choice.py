@@ -153,3 +153,13 @@ def test_denoise_needs_photo_or_auto_and_auto_needs_both_families(folder, tmp_pa
     (lonely / name).write_bytes((folder / name).read_bytes())
     with pytest.raises(UpscaleError, match="unknown model 'photo'"):
         _engine(lonely, "auto")
+
+
+def test_auto_scales_are_both_sides_common_scales_or_none():
+    from sr.inference.model_choice import AUTO_SIDES, auto_scales
+
+    lossless, lossy = AUTO_SIDES
+    assert (lossless, lossy) == (DEFAULT_MODEL, PHOTO_MODEL)
+    assert auto_scales({lossless: [4, 2, 3], lossy: (2, 4), "other": [3]}) == [2, 4]
+    assert auto_scales({lossless: [3], lossy: [2]}) == []
+    assert auto_scales({lossless: [2]}) == [] and auto_scales({}) == []

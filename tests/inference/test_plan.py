@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sr.inference import Upscaler
-from sr.inference import engine as engine_module
+from sr.inference.family import FamilyEngine
 from sr.io import DecodedImage
 from sr.request import UpscaleRequest
 
@@ -26,13 +26,13 @@ def test_plan_counts_the_tiles_the_engine_runs(tiny_x2, monkeypatch, tile, h, w,
     up = Upscaler(model=str(tiny_x2), device="cpu", tile=tile, tile_overlap=8, threads=1)
     plan = up.plan(h, w, request_)
     forwards: list[tuple[int, int]] = []
-    run_tiles = engine_module.Upscaler._run_tiles
+    run_tiles = FamilyEngine._run_tiles
 
     def counting(self, loaded, arrs, *args, **kwargs):
         forwards.extend(a.shape[:2] for a in arrs)
         return run_tiles(self, loaded, arrs, *args, **kwargs)
 
-    monkeypatch.setattr(engine_module.Upscaler, "_run_tiles", counting)
+    monkeypatch.setattr(FamilyEngine, "_run_tiles", counting)
     res = up.upscale(_image(h, w), scale=request_.scale, outscale=request_.outscale, tta=request_.tta)
     views = 8 if request_.tta else 1
     assert (res.image.height, res.image.width) == plan.out_size
@@ -44,3 +44,20 @@ def test_plan_counts_the_tiles_the_engine_runs(tiny_x2, monkeypatch, tile, h, w,
     assert len(plan.tiles_side) == len(plan.passes)
     assert tile == 0 or max(max(a, b) for a, b in forwards) <= max(t or 0 for t in plan.tiles_side)
     assert all(t is None for t in plan.tiles_side) == (tile == 0)
+
+
+@pytest.mark.parametrize("request_", [UpscaleRequest(), UpscaleRequest(outscale=3, tta=True)])
+def test_plan_loads_nothing_and_equals_the_plan_after_loading(weights_dir, request_) -> None:
+    up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, tile=48, tile_overlap=8, threads=1)
+    fresh = up.plan(100, 70, request_)
+    assert up._models == {}  # from the descriptors alone: no weights read
+    up.load()
+    assert up.plan(100, 70, request_) == fresh
+
+
+def test_a_family_engine_runs_only_the_scales_it_is_given(weights_dir) -> None:
+    restricted = FamilyEngine("tiny", device="cpu", weights_dir=weights_dir, threads=1, scales=[2, 4])
+    assert restricted.scales == [2, 4]
+    assert restricted.plan_size(10, 10, outscale=3)[1] == [4]  # x3 is not among its scales
+    with pytest.raises(Exception, match="scale 3 is not available"):
+        restricted.check_scale(3)

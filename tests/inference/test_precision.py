@@ -126,20 +126,21 @@ def test_the_record_is_only_for_the_shipped_files(tiny_x2):
     assert record_name(describe(sr_weights.WEIGHTS_DIR / "asa-base-x2.safetensors")) == "asa-base-x2"
     assert "asa-base-x2" in precision.BF16_PSNR_COST_DB
     assert record_name(describe(tiny_x2)) is None
+    assert record_name(describe(tiny_x2), shipped_dir=tiny_x2.parent) == tiny_x2.stem  # a folder given
 
 
-def test_engine_resolves_per_scale_and_passes_precision_to_its_networks(weights_dir, cpuinfo, record,
-                                                                        monkeypatch):
+def test_engine_resolves_per_scale_and_passes_precision_to_its_networks(weights_dir, cpuinfo, record):
     cpuinfo(XEON_AMX)
     record({"tiny-x2": 0.002, "tiny-x3": 0.05})
     off_record = Upscaler("tiny", device="cpu", weights_dir=weights_dir)  # not the package's files
     assert off_record.dtype_for(2) == torch.float32
-    monkeypatch.setattr(sr_weights, "WEIGHTS_DIR", weights_dir)  # as if they were the package's own files
-    up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1)
+    # as if they were the package's own files
+    up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1, shipped_dir=weights_dir)
     assert [up.dtype_for(s) for s in (2, 3, 4)] == [torch.bfloat16, torch.float32, torch.float32]
     assert up.dtype == torch.bfloat16
     assert up.network(2).head.weight.dtype == torch.bfloat16
-    forced = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1, precision="fp32")
+    forced = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1, precision="fp32",
+                      shipped_dir=weights_dir)
     assert forced.dtype_for(2) == torch.float32
     with pytest.raises(UpscaleError, match="precision must be one of auto, fp32, bf16, got 'half'"):
         Upscaler("tiny", device="cpu", weights_dir=weights_dir, precision="half")
@@ -152,32 +153,33 @@ def test_the_engine_loads_small_inputs_fp32_where_bf16_pays_only_on_large_ones(w
     cpuinfo(EPYC_NO_AMX)
     record({"tiny-x2": 0.002})
     monkeypatch.setitem(precision.BF16_FROM_PIXELS, "avx512_bf16", 40 * 40)
-    monkeypatch.setattr(sr_weights, "WEIGHTS_DIR", weights_dir)
-    up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1)
+    up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1, shipped_dir=weights_dir)
     assert up.dtype_for(2, 39 * 40) == torch.float32 and up.dtype_for(2, 40 * 40) == torch.bfloat16
-    for side in (16, 48):  # under and over the (here lowered) start of bf16; plan loads what runs
-        up.plan(side, side, UpscaleRequest(scale=2))
+    for side in (16, 48):  # under and over the (here lowered) start of bf16; the upscale loads what runs
+        up.plan(side, side, UpscaleRequest(scale=2))  # planning loads nothing
+        assert up._models.keys() <= {(2, torch.float32)}
+        up._get(2, side * side)  # what a pass on a side x side input loads
     assert sorted(up._models, key=str) == [(2, torch.bfloat16), (2, torch.float32)]
     assert up._models[(2, torch.bfloat16)].net.head.weight.dtype == torch.bfloat16
     assert up._models[(2, torch.float32)].net.head.weight.dtype == torch.float32
     assert up.precision_for(2, 16 * 16)[1].startswith("fp32: input under")
 
 
-def test_a_blend_needs_both_records_but_denoise_0_only_the_default_familys(tmp_path, cpuinfo, record,
-                                                                            monkeypatch):
+def test_a_blend_needs_both_records_but_denoise_0_only_the_default_familys(tmp_path, cpuinfo, record):
     for family, seed in (("asa-base", 0), ("photo", 1)):  # one architecture, other weights
         torch.manual_seed(seed)
         net = SRNet(NetConfig(scale=2, channels=8, blocks=2, attn_every=2, heads=2, attention="adaptive",
                               attn_options=dict(ASA)))
         save_weights(net, tmp_path / f"{family}-x2.safetensors")
-    monkeypatch.setattr(sr_weights, "WEIGHTS_DIR", tmp_path)
     cpuinfo(XEON_AMX)
     record({"asa-base-x2": 0.004, "photo-x2": 0.02})  # photo over the bar
-    dtype = {d: Upscaler("photo", device="cpu", weights_dir=tmp_path, denoise=d).dtype_for(2)
+    dtype = {d: Upscaler("photo", device="cpu", weights_dir=tmp_path, denoise=d,
+                                 shipped_dir=tmp_path).dtype_for(2)
              for d in (0, 0.5, 1)}
     assert dtype == {0: torch.bfloat16, 0.5: torch.float32, 1: torch.float32}
     record({"asa-base-x2": 0.02, "photo-x2": 0.004})  # the other way round
-    dtype = {d: Upscaler("photo", device="cpu", weights_dir=tmp_path, denoise=d).dtype_for(2)
+    dtype = {d: Upscaler("photo", device="cpu", weights_dir=tmp_path, denoise=d,
+                                 shipped_dir=tmp_path).dtype_for(2)
              for d in (0, 0.5, 1)}
     assert dtype == {0: torch.float32, 0.5: torch.float32, 1: torch.bfloat16}
 

@@ -9,11 +9,15 @@ import pytest
 import torch
 from skimage import data
 
-from sr.inference import Upscaler
+from sr.inference import Upscaler, tiling
 from sr.inference.engine import DEFAULT_TILE_OVERLAP
 from sr.inference.tiling import (
+    AUTO_TILE_MAX,
     TILE_MIN_GAIN,
+    TileGrid,
+    auto_tile_limit,
     axis_weights,
+    cpu_tile_cost,
     fastest_tile,
     min_tile,
     parse_tile,
@@ -21,6 +25,7 @@ from sr.inference.tiling import (
     plan_cost,
     relative_cost,
     run_tiled,
+    tile_for,
 )
 from sr.io import DecodedImage
 from sr.models import build_model
@@ -240,3 +245,77 @@ def test_parse_tile_refuses_the_rest_saying_why(value):
     with pytest.raises(ValueError) as e:
         parse_tile(value)
     assert str(e.value) == f"tile must be 'auto', 0 (off) or a size in pixels, got {value!r}"
+
+
+# -- the auto tile (tile="auto"): pure functions of the network's grid, the device and free memory --
+def _tiny_grid(tiny_x2: Path) -> TileGrid:
+    """The grid of the tiny x2 model as its engine sees it, from the descriptor (nothing loaded)."""
+    up = Upscaler(tiny_x2, device="cpu", tile="auto", threads=1)
+    grid = up.tile_grid(2)
+    assert up._models == {}
+    return grid
+
+
+def _auto(grid: TileGrid, h: int, w: int, free: float) -> int | None:
+    return tile_for("auto", h, w, DEFAULT_TILE_OVERLAP, grid, "cpu", lambda: free, False)
+
+
+def test_auto_tile_follows_free_memory(tiny_x2):
+    grid = _tiny_grid(tiny_x2)
+    tile = _auto(grid, 1000, 300, 64 * 2**20)
+    assert tile is not None and tile % grid.align == 0 and 64 <= tile < 300
+    assert _auto(grid, 100, 80, 64 * 2**30) is None  # fits whole: no tiling at all
+    assert auto_tile_limit(grid, "cpu", 64 * 2**30, False) == AUTO_TILE_MAX["cpu"]
+
+
+@pytest.mark.parametrize("free_mib", [16, 64, 256, 64 * 1024])
+def test_auto_tile_stays_within_the_memory_bound(tiny_x2, monkeypatch, free_mib):
+    grid = _tiny_grid(tiny_x2)
+    free = free_mib * 2**20
+    limit = auto_tile_limit(grid, "cpu", free, False)
+    for h, w in ((4000, 3000), (1000, 300), (700, 700)):
+        tile = _auto(grid, h, w, free)
+        assert (tile or max(h, w)) <= max(limit, min_tile(DEFAULT_TILE_OVERLAP, grid.align))
+        assert tile is None or tile % grid.align == 0
+    # a table where the biggest tile is fastest: the memory bound is what stops it
+    monkeypatch.setattr(tiling, "cpu_tile_cost", lambda dtype: {128: 3.0, 512: 1.0})
+    assert _auto(grid, 4000, 3000, free) == max(limit // grid.align * grid.align,
+                                                min_tile(DEFAULT_TILE_OVERLAP, grid.align))
+
+
+def test_auto_tile_picks_the_tables_fastest(tiny_x2, monkeypatch):
+    grid = _tiny_grid(tiny_x2)
+    free = 64 * 2**30
+    shipped = cpu_tile_cost(torch.float32)  # this CPU's table
+    chosen = _auto(grid, 3000, 4000, free)
+    assert chosen in shipped  # the table's sizes are multiples of this model's grid
+    costs = {t: plan_cost(3000, 4000, t, DEFAULT_TILE_OVERLAP, grid.align, shipped) for t in shipped}
+    assert min(costs.values()) >= costs[chosen] * (1 - TILE_MIN_GAIN)  # a smaller size needs the margin
+    for best in (128, 256, 512):  # each size in turn made the cheapest by far: auto follows the table
+        table = {t: 1.0 if t == best else 2.0 for t in shipped}
+        monkeypatch.setattr(tiling, "cpu_tile_cost", lambda dtype, table=table: table)
+        assert _auto(grid, 3000, 4000, free) == best
+
+
+def test_each_kind_of_cpu_has_its_own_tile_table(monkeypatch):
+    tables = {}
+    for kind in ("amx", "avx512_bf16", "emulated"):
+        monkeypatch.setattr(tiling, "cpu_bf16_kind", lambda kind=kind: kind)
+        tables[kind] = cpu_tile_cost(torch.float32)
+        assert min(tables[kind].values()) == pytest.approx(1.0, abs=0.01)  # relative to the fastest
+    assert tables["emulated"] != tables["amx"]  # measured on the AVX2-only EPYC
+    assert tables["avx512_bf16"] == tables["amx"]  # not measured: the other AVX-512 machine's
+    monkeypatch.setattr(tiling, "cpu_bf16_kind", lambda: "emulated")
+    assert cpu_tile_cost(torch.bfloat16) is None  # bf16 cannot run there: no table
+
+
+def test_the_engine_asks_free_memory_for_its_auto_tile(tiny_x2, monkeypatch):
+    """The engine's wiring of the policy: its auto tile follows what sr.inference.devices reports."""
+    import sr.inference.family as family
+
+    up = Upscaler(tiny_x2, device="cpu", tile="auto", threads=1)
+    grid = up.tile_grid(2)
+    monkeypatch.setattr(family, "available_memory", lambda device: 64 * 2**20)
+    assert up._tile_for(grid, 1000, 300) == _auto(grid, 1000, 300, 64 * 2**20)
+    monkeypatch.setattr(family, "available_memory", lambda device: 64 * 2**30)
+    assert up._tile_for(grid, 100, 80) is None
