@@ -62,10 +62,10 @@ class ModelHub:
         model = Path(settings.model)
         self._default_file = model if settings.model.endswith(".safetensors") else None
         self.default = model.stem if self._default_file else settings.model
-        self._catalog: list[dict[str, Any]] | None = None
+        self._catalog: list[dict[str, object]] | None = None
 
     # --- catalogue -------------------------------------------------------------------------
-    def catalog(self) -> list[dict[str, Any]]:
+    def catalog(self) -> list[dict[str, object]]:
         """Every model file offered, as ``list_models`` describes it (cached after the first read)."""
         if self._catalog is None:
             from sr.inference import list_models
@@ -85,28 +85,32 @@ class ModelHub:
     def budget_k_max(self, family: str) -> float | None:
         """The largest per-pixel attention budget the family's models allow: the heat map's top colour
         (each model's ``k_max`` as its descriptor states it; auto: both of its sides')."""
-        members = (DEFAULT_MODEL, PHOTO_MODEL) if family == AUTO_MODEL else (family,)
+        from sr.inference.model_choice import AUTO_SIDES
+
+        members = AUTO_SIDES if family == AUTO_MODEL else (family,)
         values = [m["k_max"] for m in self.catalog() if m["family"] in members and m.get("k_max")]
         return max(values) if values else None
 
     def families(self) -> dict[str, list[int]]:
-        """{family: scales}, with auto when both of its sides are here (at their common scales)."""
+        """{family: scales}, with auto when both of its sides are here (at their common scales:
+        :func:`sr.inference.model_choice.auto_scales`)."""
+        from sr.inference.model_choice import auto_scales
+
         out: dict[str, list[int]] = {}
         for m in self.catalog():
             out.setdefault(str(m["family"]), []).append(int(m["scale"]))
         found = {k: sorted(set(v)) for k, v in sorted(out.items())}
-        if self._default_file is None and DEFAULT_MODEL in found and PHOTO_MODEL in found:
-            common = sorted(set(found[DEFAULT_MODEL]) & set(found[PHOTO_MODEL]))
-            if common:
-                found[AUTO_MODEL] = common
+        common = auto_scales(found) if self._default_file is None else []
+        if common:
+            found[AUTO_MODEL] = common
         return found
 
-    def family_list(self) -> list[dict[str, Any]]:
+    def family_list(self) -> list[dict[str, object]]:
         """What GET /v1/models says of each family: name, scales, default, whether it takes denoise
         and a look."""
         out = []
         for name, scales in self.families().items():
-            entry: dict[str, Any] = {"name": name, "scales": scales, "default": name == self.default,
+            entry: dict[str, object] = {"name": name, "scales": scales, "default": name == self.default,
                                      "denoise": self.takes_denoise(name), "look": self.takes_look(name)}
             if name == AUTO_MODEL:
                 entry["description"] = AUTO_DESCRIPTION
@@ -205,8 +209,8 @@ class ModelHub:
     def ready(self) -> bool:
         return self.state == "ready"
 
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"model": self.default, "state": self.state}
+    def describe(self) -> dict[str, object]:
+        out: dict[str, object] = {"model": self.default, "state": self.state}
         up = self._engines.get(self.default)
         if up is not None and self.ready:
             out.update(device=str(up.device), scales=list(up.scales))
@@ -219,7 +223,7 @@ def _entry_stem(entry: dict[str, Any]) -> str:
     return Path(str(entry["path"])).stem if entry.get("path") else str(entry.get("name", ""))
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """JSON-friendly: paths and numpy scalars become str / Python numbers."""
     if isinstance(value, Path):
         return str(value)

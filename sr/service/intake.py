@@ -110,7 +110,7 @@ class Intake:
 
     async def probe(self, data: bytes, max_pixels: int | None) -> Probe:
         lane = self.small if len(data) <= SMALL_UPLOAD_BYTES else self.large
-        return await lane.call("probe", data, max_pixels=max_pixels)
+        return await lane.call(lane.probe, data, max_pixels=max_pixels)
 
     def stats(self) -> dict[str, dict[str, float]]:
         return {"small": dict(self.small.stats), "large": dict(self.large.stats)}

@@ -346,7 +346,7 @@ class JobPool:
                                         f"{own:.0f} s, over the time limit of {timeout:g} s")
 
     async def run(
-        self, fn: Callable[..., T], *args: Any, timeout: float, work: Work | None = None,
+        self, fn: Callable[..., T], *args: object, timeout: float, work: Work | None = None,
         stop: threading.Event | None = None, disconnected: Callable[[], Awaitable[bool]] | None = None,
         learn: bool = True,
     ) -> T:

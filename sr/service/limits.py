@@ -18,28 +18,34 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from typing import Any
 
 import h11
-from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
-class BodyError(HTTPException):
-    """Raised from ``receive``; FastAPI re-raises HTTPExceptions from body parsing unchanged."""
+class BodyError(Exception):
+    """Raised from ``receive`` when the body breaks a limit; ``status_code`` and ``detail`` are its
+    answer. The app answers it where it meets it first (:mod:`sr.service.routes.errors`: FastAPI
+    wraps an error of body parsing in its generic 400, whose cause this is); this middleware answers
+    one that escapes the app."""
+
+    def __init__(self, status_code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status_code = status_code
+        self.detail = detail
 
 
 class UploadTooLarge(BodyError):
     def __init__(self, detail: str) -> None:
-        super().__init__(status_code=413, detail=detail)
+        super().__init__(413, detail)
 
 
 class UploadStalled(BodyError):
     def __init__(self, detail: str) -> None:
-        super().__init__(status_code=408, detail=detail)
+        super().__init__(408, detail)
 
 
 # Seconds of an upload before the byte-rate floor applies (connection set-up, a client's first write).
@@ -199,7 +205,7 @@ class _HeaderTimeoutProtocol(H11Protocol):
 
     header_timeout: float = 10.0
 
-    def connection_made(self, transport: Any) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(self.header_timeout,
                                                                             self._head_timed_out)

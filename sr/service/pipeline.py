@@ -3,8 +3,8 @@ validated by the request itself, as the CLI's arguments are), its engine (:func:
 predicted work (:func:`plan_work`, the engine's own plan), the run in a worker thread (decode ->
 engine -> encode, timed per stage: :func:`run_job`) and the answer's headers (:func:`result_headers`).
 
-Errors are mapped to HTTP status codes here, in one table (:func:`http_error`), so every endpoint
-answers the same way for the same bad input.
+Refusals are domain errors (:mod:`sr.service.errors`, :class:`WorkLimitError`, sr.io's and the
+engine's own); their HTTP answers are one table, :mod:`sr.service.routes.errors`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from fastapi import HTTPException
-
 from sr import NATURAL_MODEL
 from sr.inference import UpscaleError, Upscaler
 from sr.io import FORMATS, signatures, writable_format_for
 from sr.request import UpscaleRequest, same_format
 
+from .errors import InvalidRequestError, ModelUnavailableError
 from .hub import ModelHub, UnknownModelError
 from .jobs import JobStopped, Work
 
@@ -71,6 +70,8 @@ class JobRequest:
     # decode(data, max_pixels=...): the service's sandboxed decode (service/sandbox.py); None:
     # sr.io.read_image in this process
     decode: Callable[..., DecodedImage] | None = None
+    # (width, height) the admitted plan is for: the header's; the decode plans again only if it differs
+    planned_size: tuple[int, int] | None = None
     submitted: float = field(default_factory=time.perf_counter)
 
     def should_stop(self) -> bool:
@@ -100,53 +101,50 @@ def form_request(
     height: int | None, fmt: str, quality: int, budget_map: bool, tta: bool, denoise: float | None,
     look: float | None = None,
 ) -> tuple[str, UpscaleRequest]:
-    """(family, the validated request) from an upload's form fields; HTTPException(422) saying why
-    not. The model is a catalogue name (photo-x2 implies scale 2); every other value is checked
+    """(family, the validated request) from an upload's form fields; :class:`InvalidRequestError`
+    saying why not. The model is a catalogue name (photo-x2 implies scale 2); every other value is checked
     by :meth:`UpscaleRequest.validate`, the check the CLI's arguments get, in the same words."""
     try:
         family, implied = hub.resolve(model)
     except UnknownModelError as e:
-        raise HTTPException(422, detail=str(e)) from None
+        raise InvalidRequestError(str(e)) from None
     if implied is not None and scale is not None and scale != implied:
-        raise HTTPException(422, detail=f"model {model!r} is a x{implied} model but scale={scale} was asked")
+        raise InvalidRequestError(f"model {model!r} is a x{implied} model but scale={scale} was asked")
     request = UpscaleRequest(scale=scale if scale is not None else implied, outscale=outscale, width=width,
                              height=height, model=hub.request_model(family), denoise=denoise, look=look,
                              tta=tta, format=fmt, quality=quality, budget_map=budget_map)
     try:
         request = request.validate()
     except ValueError as e:
-        raise HTTPException(422, detail=str(e)) from None
+        raise InvalidRequestError(str(e)) from None
     if request.look and not hub.takes_look(family):  # photo or auto, but no photo-natural here
-        raise HTTPException(422, detail=f"look needs {NATURAL_MODEL} weights, which this server does not "
-                                        f"have (GET /v1/models: look)")
+        raise InvalidRequestError(f"look needs {NATURAL_MODEL} weights, which this server does not "
+                                  f"have (GET /v1/models: look)")
     return family, request
 
 
 def engine_for(hub: ModelHub, family: str, request: UpscaleRequest) -> Upscaler:
-    """The family's engine at the request's denoise strength and look; 422 for a scale it (or, with
-    a look, photo-natural) lacks (the engine's
-    words, as ``sr upscale`` says them), 503 when a listed model's file is unusable (the server's
-    fault, not the client's)."""
+    """The family's engine at the request's denoise strength and look; the engine's
+    :class:`UpscaleError` for a scale it (or, with a look, photo-natural) lacks (its words, as
+    ``sr upscale`` says them), :class:`ModelUnavailableError` when a listed model's file is unusable
+    (the server's fault, not the client's)."""
     try:
         engine = hub.engine(family, request.denoise, request.look)
     except UpscaleError as e:
-        raise HTTPException(503, detail=f"model {family} is unavailable: {e}") from None
+        raise ModelUnavailableError(f"model {family} is unavailable: {e}") from None
     if request.scale is not None:
-        try:
-            engine.check_scale(request.scale)  # before the upload is read, as the CLI checks it
-        except UpscaleError as e:
-            raise HTTPException(422, detail=str(e)) from None
+        engine.check_scale(request.scale)  # before the upload is read, as the CLI checks it
     return engine
 
 
 def run_job(engine: Upscaler, req: JobRequest) -> JobResult:
+    """Decode, upscale, encode: the admitted job (its work planned once at admission, and again by
+    the service's decode only where the decoded size differs from the header's)."""
     from sr.io import encode_image, read_image
 
     t0 = time.perf_counter()
     _check_stop(req)
     img = (req.decode or read_image)(req.data, max_pixels=req.max_pixels)
-    # Checked again on the decoded size (the handler checked the header's), before the engine starts.
-    plan_work(engine, img.width, img.height, req)
     _check_stop(req)
     t1 = time.perf_counter()
     # source: the upload's bytes, from which model "auto" tells lossy from lossless; quantize: the
@@ -309,48 +307,3 @@ def looks_like_image(data: bytes) -> bool:
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return True
     return head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis")
-
-
-def http_error(exc: BaseException, data: bytes) -> HTTPException | None:
-    """The HTTP answer for a job failure caused by the request, or None for a server fault."""
-    from sr.inference import UpscaleError
-    from sr.io import (
-        AnimatedImageError,
-        DecodeLimitError,
-        ImageDecodeError,
-        ImageEncodeError,
-        ImageError,
-        ImageTooLargeError,
-        UnsupportedModeError,
-    )
-
-    if isinstance(exc, ImageTooLargeError):
-        return HTTPException(413, detail=f"image too large: {exc}")
-    if isinstance(exc, AnimatedImageError):
-        return HTTPException(415, detail=f"unsupported image: {exc}")
-    if isinstance(exc, UnsupportedModeError):
-        return HTTPException(415, detail=f"unsupported pixel format: {exc.mode} (a valid image, but only "
-                                         "1-, 8- and 16-bit gray, RGB, CMYK and palette images are read)")
-    if isinstance(exc, ImageDecodeError):
-        if looks_like_image(data):  # Pillow gave up on a damaged header as "not an image": say corrupt
-            reason = "its header is damaged" if exc.reason.startswith("not an image") else exc.reason
-            return HTTPException(400, detail=f"corrupt or truncated image: {reason}")
-        return HTTPException(415, detail=f"not a supported image file: {exc}")
-    from .sandbox import SandboxError, SandboxLimitError
-
-    if isinstance(exc, SandboxLimitError):  # the decoder ran out of its CPU or time allowance
-        return HTTPException(422, detail=f"image refused: {exc}")
-    if isinstance(exc, SandboxError):
-        return HTTPException(503, detail=f"decoder unavailable: {exc}", headers={"Retry-After": "5"})
-    if isinstance(exc, DecodeLimitError):  # decodable in principle, but at an unbounded cost
-        return HTTPException(422, detail=f"image refused before decoding: {exc}")
-    if isinstance(exc, ImageEncodeError):  # e.g. the output is too large for JPEG/WebP
-        return HTTPException(422, detail=str(exc))
-    if isinstance(exc, ImageError):
-        return HTTPException(400, detail=str(exc))
-    if isinstance(exc, (UpscaleError, NoBudgetMapError, WorkLimitError)):
-        return HTTPException(422, detail=str(exc))
-    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
-        return HTTPException(503, detail="server out of memory for this image; try a smaller one",
-                             headers={"Retry-After": "10"})
-    return None

@@ -13,19 +13,24 @@ costs at most its limits. Each :class:`Sandbox` keeps a few child processes, eac
 
 A child that dies or is killed is replaced; the job gets a :class:`SandboxLimitError` (-> 422).
 
-Messages are small JSON datagrams on a ``SOCK_SEQPACKET`` socket pair; bulk bytes travel as memfds
-passed with ``SCM_RIGHTS``: the upload goes in one, decoded pixels come back in others, mapped by the
-parent as the numpy arrays of its :class:`~sr.io.DecodedImage` (no copy of a big image in the parent,
-none through a pipe).
+Messages are typed (:mod:`sr.service.sandbox_protocol`: a :class:`JobMessage` one way; a
+:class:`ProbeReply`, :class:`PngReply`, :class:`ImageReply` or :class:`ErrorReply` the other, in a
+:class:`Reply`), sent as small JSON datagrams on a ``SOCK_SEQPACKET`` socket pair; bulk bytes
+travel as memfds passed with ``SCM_RIGHTS``: the upload goes in one, decoded pixels come back in
+others, mapped by the parent as the numpy arrays of its :class:`~sr.io.DecodedImage` (no copy of a
+big image in the parent, none through a pipe). A child's :class:`~sr.io.ImageError` comes back as
+an :class:`ErrorReply` whose :class:`ErrorKind` names its class in one table (``ERROR_CLASSES``).
 
-Operations: ``probe`` (size and orientation from the header, as :func:`sr.io.read_size`), ``decode``
-(:func:`sr.io.read_image`), ``preview`` (the decoded input as an 8-bit PNG: a 16-bit 4096^2 RGBA
-upload never reaches the server's own memory as float pixels).
+Operations (:class:`Op`): :meth:`Sandbox.probe` (size and orientation from the header, as
+:func:`sr.io.read_size`), :meth:`Sandbox.decode` (:func:`sr.io.read_image`), :meth:`Sandbox.preview`
+(the decoded input as an 8-bit PNG: a 16-bit 4096^2 RGBA upload never reaches the server's own
+memory as float pixels).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import mmap
 import os
@@ -33,7 +38,6 @@ import queue
 import resource
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -41,11 +45,28 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
+import sr.io as sio
+from sr.io.png_chunks import late_exif_orientation, stored_size
+
 from .jobs import JobStopped
+from .sandbox_protocol import (
+    ErrorKind,
+    ErrorReply,
+    ImageReply,
+    JobMessage,
+    Op,
+    PngReply,
+    ProbeReply,
+    Reply,
+    Result,
+)
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 MODULE = "sr.service.sandbox"
 MAX_MESSAGE = 64 * 1024   # JSON only: anything big goes in a memfd
@@ -98,11 +119,12 @@ class _Child:
             return
         self.sock.settimeout(timeout)
         try:
-            message, _ = _receive(self.sock)
+            raw, _ = _receive(self.sock)
+            ready = json.loads(raw).get("ready") is True
         except (OSError, ValueError) as e:
             self.kill()
             raise SandboxError(f"decoder process did not start ({e or 'closed'})") from None
-        if message.get("ready") is not True:
+        if not ready:
             self.kill()
             raise SandboxError("decoder process did not start")
         self.ready = True
@@ -177,24 +199,38 @@ class Sandbox:
             if child is not None:
                 child.kill()
 
-    async def call(self, op: str, data: bytes, **options: Any) -> Any:
+    async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)`` (one of this sandbox's operations) on the sandbox's own threads."""
         import asyncio
 
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, lambda: self.run(op, data, **options))
+        return await asyncio.get_running_loop().run_in_executor(self._executor, lambda: fn(*args, **kwargs))
 
-    def run(self, op: str, data: bytes, max_pixels: int | None = None, cpu_s: float | None = None,
-            wall_s: float | None = None, should_stop: Callable[[], bool] | None = None) -> Any:
-        """Run ``op`` on ``data`` in a child: a :class:`Probe`, a :class:`~sr.io.DecodedImage` or PNG
-        bytes. Raises the child's :class:`~sr.io.ImageError` as is, :class:`SandboxLimitError` when
-        the job ran out of time or memory (the child is then killed and replaced)."""
-        from sr.io import ImageDecodeError
+    def probe(self, data: bytes, max_pixels: int | None = None, cpu_s: float | None = None,
+              wall_s: float | None = None, should_stop: Callable[[], bool] | None = None) -> Probe:
+        """The upload's size (EXIF orientation applied) and orientation, from its header."""
+        return self._run(Op.PROBE, data, max_pixels, cpu_s, wall_s, should_stop, _probe_of)
 
+    def decode(self, data: bytes, max_pixels: int | None = None, cpu_s: float | None = None,
+               wall_s: float | None = None,
+               should_stop: Callable[[], bool] | None = None) -> sio.DecodedImage:
+        """The upload as :func:`sr.io.read_image` decodes it, its arrays mapped from the child's memfds."""
+        return self._run(Op.DECODE, data, max_pixels, cpu_s, wall_s, should_stop, _image_of)
+
+    def preview(self, data: bytes, max_pixels: int | None = None, cpu_s: float | None = None,
+                wall_s: float | None = None, should_stop: Callable[[], bool] | None = None) -> bytes:
+        """The decoded upload as an 8-bit PNG."""
+        return self._run(Op.PREVIEW, data, max_pixels, cpu_s, wall_s, should_stop, _png_of)
+
+    def _run(self, op: Op, data: bytes, max_pixels: int | None, cpu_s: float | None, wall_s: float | None,
+             should_stop: Callable[[], bool] | None, read: Callable[[Result, list[int]], T]) -> T:
+        """``op`` on ``data`` in a child, its result read by ``read``. Raises the child's
+        :class:`~sr.io.ImageError` as is, :class:`SandboxLimitError` when the job ran out of time or
+        memory (the child is then killed and replaced)."""
         if self._closed:
             raise SandboxError("the server is stopping")
         if not data:
-            raise ImageDecodeError("empty file (0 bytes)")
-        cpu = self.limits.cpu_s if cpu_s is None else cpu_s
+            raise sio.ImageDecodeError("empty file (0 bytes)")
+        job = JobMessage(op, len(data), max_pixels, self.limits.cpu_s if cpu_s is None else cpu_s)
         wall = self.limits.wall_s if wall_s is None else wall_s
         child = self._idle.get()
         keep: _Child | None = None
@@ -204,14 +240,14 @@ class Sandbox:
                     child.kill()
                 child = self._spawn()
             child.wait_ready(START_TIMEOUT_S)
-            message, fds = self._exchange(child, op, data, max_pixels, cpu, wall, should_stop)
-            if message.pop("retire", False):
+            reply, fds = self._exchange(child, job, data, wall, should_stop)
+            if reply.retire:
                 with self._lock:
                     self.stats["retired"] += 1
                 child.kill()
             else:
                 keep = child
-            return _result(message, fds)
+            return _read_result(reply.result, fds, read)
         finally:
             with self._lock:
                 self.stats["jobs"] += 1
@@ -226,20 +262,20 @@ class Sandbox:
         except OSError:
             return None  # started again on next use
 
-    def _exchange(self, child: _Child, op: str, data: bytes, max_pixels: int | None, cpu: float, wall: float,
-                  should_stop: Callable[[], bool] | None) -> tuple[dict[str, Any], list[int]]:
+    def _exchange(self, child: _Child, job: JobMessage, data: bytes, wall: float,
+                  should_stop: Callable[[], bool] | None) -> tuple[Reply, list[int]]:
         upload = os.memfd_create("sr-upload", os.MFD_CLOEXEC)
         try:
             os.ftruncate(upload, len(data))
             with mmap.mmap(upload, len(data)) as m:
                 m[:] = data
-            request = {"op": op, "size": len(data), "max_pixels": max_pixels, "cpu_s": cpu}
-            socket.send_fds(child.sock, [json.dumps(request).encode()], [upload])
+            socket.send_fds(child.sock, [job.encode()], [upload])
         except OSError as e:
             child.kill()
             raise SandboxError(f"decoder process unreachable ({e})") from None
         finally:
             os.close(upload)
+        cpu = job.cpu_s
         deadline = time.monotonic() + wall
         while True:
             left = deadline - time.monotonic()
@@ -249,7 +285,7 @@ class Sandbox:
             # Short waits: a request that gave up (client gone, its own timeout) frees the child early.
             child.sock.settimeout(min(left, 0.25))
             try:
-                message, fds = _receive(child.sock)
+                raw, fds = _receive(child.sock)
                 break
             except TimeoutError:
                 if should_stop is not None and should_stop():
@@ -261,9 +297,10 @@ class Sandbox:
                 if code == -signal.SIGXCPU or code == -signal.SIGKILL:
                     raise _limit_error("cpu", cpu) from None
                 raise _limit_error("crash", code) from None
+        reply = Reply.decode(raw)
         with self._lock:
-            self.stats["cpu_s"] += float(message.pop("cpu_s", 0.0))
-        return message, fds
+            self.stats["cpu_s"] += reply.cpu_s
+        return reply, fds
 
     def _killed(self, child: _Child) -> None:
         with self._lock:
@@ -278,7 +315,7 @@ def _exit_code(child: _Child) -> int | None:
         return None
 
 
-def _limit_error(kind: str, value: Any) -> Exception:
+def _limit_error(kind: str, value: float | int | None) -> Exception:
     from sr.io import DecodeLimitError
 
     reasons = {
@@ -303,13 +340,13 @@ def _sandbox_limit_error_type() -> type:
 SandboxLimitError = _sandbox_limit_error_type()
 
 
-def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
     raw, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
     if not raw:
         for fd in fds:
             os.close(fd)
         raise ValueError("closed")
-    return json.loads(raw), fds
+    return raw, fds
 
 
 def _mapped(fd: int, shape: list[int], dtype: str) -> np.ndarray:
@@ -324,38 +361,41 @@ def _mapped(fd: int, shape: list[int], dtype: str) -> np.ndarray:
     return np.frombuffer(m, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
 
-def _result(message: dict[str, Any], fds: list[int]) -> Any:
-    import sr.io as sio
-
+def _read_result(result: Result, fds: list[int], read: Callable[[Result, list[int]], T]) -> T:
+    """``read(result, fds)``, the child's error raised instead; every fd closed after."""
     try:
-        if "error" in message:
-            cls = getattr(sio, message["error"], None)
-            if not (isinstance(cls, type) and issubclass(cls, sio.ImageError)):
-                cls = sio.ImageDecodeError
-            if cls is sio.UnsupportedModeError:
-                raise cls(message.get("mode", "?"), None)
-            raise cls(message["reason"], None)
-        kind = message["kind"]
-        if kind == "probe":
-            return Probe(message["width"], message["height"], message["orientation"])
-        if kind == "png":
-            size = message["size"]
-            with mmap.mmap(fds[0], size, prot=mmap.PROT_READ) as m:
-                return bytes(m)
-        pixels = _mapped(fds.pop(0), message["shape"], message["dtype"])
-        alpha = None
-        if message.get("alpha_shape"):
-            alpha = _mapped(fds.pop(0), message["alpha_shape"], message["dtype"])
-        icc = None
-        if message.get("icc_size"):
-            with mmap.mmap(fds[0], message["icc_size"], prot=mmap.PROT_READ) as m:
-                icc = bytes(m)
-        return sio.DecodedImage(pixels, alpha, message["bit_depth"], icc, message.get("format"),
-                                message.get("mode"))
+        if isinstance(result, ErrorReply):
+            raise result.error()
+        return read(result, fds)
     finally:
         for fd in fds:
             with _suppress_os():
                 os.close(fd)
+
+
+def _probe_of(result: Result, fds: list[int]) -> Probe:
+    if not isinstance(result, ProbeReply):
+        raise SandboxError(f"decoder answered a probe with {type(result).__name__}")
+    return Probe(result.width, result.height, result.orientation)
+
+
+def _png_of(result: Result, fds: list[int]) -> bytes:
+    if not isinstance(result, PngReply):
+        raise SandboxError(f"decoder answered a preview with {type(result).__name__}")
+    with mmap.mmap(fds[0], result.size, prot=mmap.PROT_READ) as m:
+        return bytes(m)
+
+
+def _image_of(result: Result, fds: list[int]) -> sio.DecodedImage:
+    if not isinstance(result, ImageReply):
+        raise SandboxError(f"decoder answered a decode with {type(result).__name__}")
+    pixels = _mapped(fds.pop(0), result.shape, result.dtype)
+    alpha = _mapped(fds.pop(0), result.alpha_shape, result.dtype) if result.alpha_shape else None
+    icc = None
+    if result.icc_size:
+        with mmap.mmap(fds[0], result.icc_size, prot=mmap.PROT_READ) as m:
+            icc = bytes(m)
+    return sio.DecodedImage(pixels, alpha, result.bit_depth, icc, result.format, result.mode)
 
 
 class _suppress_os:
@@ -388,87 +428,44 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _serve_one(request: dict[str, Any], data: bytes) -> tuple[dict[str, Any], list[int]]:
-    import dataclasses
-
-    import sr.io as sio
-
-    op, max_pixels = request["op"], request.get("max_pixels")
+def _serve_one(job: JobMessage, data: bytes) -> tuple[Result, list[int]]:
     try:
-        if op == "probe":
-            w, h = sio.read_size(data, max_pixels)
-            orientation = _png_late_orientation(data)
-            if orientation in (5, 6, 7, 8) and (w, h) == _png_stored_size(data):
+        if job.op is Op.PROBE:
+            w, h = sio.read_size(data, job.max_pixels)
+            orientation = late_exif_orientation(data)
+            if orientation in (5, 6, 7, 8) and (w, h) == stored_size(data):
                 w, h = h, w  # the decoder will turn it (an eXIf chunk after the pixel data)
-            return {"kind": "probe", "width": w, "height": h, "orientation": orientation or 1}, []
-        img = sio.read_image(data, max_pixels=max_pixels)
-        if op == "preview":
+            return ProbeReply(w, h, orientation or 1), []
+        img = sio.read_image(data, max_pixels=job.max_pixels)
+        if job.op is Op.PREVIEW:
             body = sio.encode_image(dataclasses.replace(img, bit_depth=8), format="png")
             del img
             fd = os.memfd_create("sr-png", os.MFD_CLOEXEC)
             os.write(fd, body) if len(body) < 2**20 else _write_all(fd, body)
-            return {"kind": "png", "size": len(body)}, [fd]
-        if op != "decode":
-            return {"error": "ImageError", "reason": f"unknown sandbox operation {op!r}"}, []
-        fds = [_memfd_with(img.pixels)]
-        message: dict[str, Any] = {"kind": "image", "shape": list(img.pixels.shape),
-                                   "dtype": str(img.pixels.dtype), "bit_depth": img.bit_depth,
-                                   "format": img.format, "mode": img.mode}
-        if img.alpha is not None:
-            fds.append(_memfd_with(img.alpha))
-            message["alpha_shape"] = list(img.alpha.shape)
-        if img.icc_profile:  # up to MAX_PNG_CHUNK: too big for a datagram
-            fds.append(_memfd_with(np.frombuffer(img.icc_profile, np.uint8)))
-            message["icc_size"] = len(img.icc_profile)
-        return message, fds
+            return PngReply(len(body)), [fd]
+        return _image_reply(img)
     except sio.ImageError as e:
-        out = {"error": type(e).__name__, "reason": getattr(e, "reason", str(e))}
-        if isinstance(e, sio.UnsupportedModeError):
-            out["mode"] = e.mode
-        return out, []
+        return ErrorReply.of(e), []
     except MemoryError:
-        return {"error": "ImageTooLargeError", "reason": "not enough memory to decode this image"}, []
+        return ErrorReply(ErrorKind.TOO_LARGE, "not enough memory to decode this image"), []
 
 
-_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+def _image_reply(img: sio.DecodedImage) -> tuple[ImageReply, list[int]]:
+    fds = [_memfd_with(img.pixels)]
+    alpha_shape, icc_size = None, 0
+    if img.alpha is not None:
+        fds.append(_memfd_with(img.alpha))
+        alpha_shape = list(img.alpha.shape)
+    if img.icc_profile:  # up to MAX_PNG_CHUNK: too big for a datagram
+        fds.append(_memfd_with(np.frombuffer(img.icc_profile, np.uint8)))
+        icc_size = len(img.icc_profile)
+    return ImageReply(list(img.pixels.shape), str(img.pixels.dtype), img.bit_depth, img.format, img.mode,
+                      alpha_shape, icc_size), fds
+
+
 # A 1x1 gray PNG, decoded once at start-up.
 _WARM_UP_PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010800000000"
                              "3a7e9b550000000a49444154789c63600000000200015c3a1b5f0000000049454e44ae426082")
-
-
-def _png_stored_size(data: bytes) -> tuple[int, int] | None:
-    if not data.startswith(_PNG_MAGIC) or len(data) < 24:
-        return None
-    return struct.unpack_from(">II", data, 16)
-
-
-def _png_late_orientation(data: bytes) -> int | None:
-    """The EXIF orientation of a PNG's eXIf chunk found after its pixel data (IDAT), the chunk
-    the decoder reads when it loads the pixels (Pillow's ``getexif``) but a header read does not
-    see (issue 54, row C): a chunk walk, no inflating. None when there is no such chunk."""
-    from PIL import Image
-
-    if not data.startswith(_PNG_MAGIC):
-        return None
-    pos, seen_idat, late = 8, False, None
-    while pos + 8 <= len(data):
-        length, tag = struct.unpack_from(">I4s", data, pos)
-        if tag == b"IDAT":
-            seen_idat = True
-        elif tag == b"eXIf" and seen_idat:
-            late = data[pos + 8: pos + 8 + length]
-        elif tag == b"IEND":
-            break
-        pos += 12 + length
-    if late is None:
-        return None
-    exif = Image.Exif()
-    try:
-        exif.load(late if late.startswith(b"Exif\x00\x00") else b"Exif\x00\x00" + late)
-        value = exif.get(0x0112, 1)
-    except Exception:  # noqa: BLE001 - unreadable EXIF: the decoder ignores it too
-        return None
-    return value if isinstance(value, int) and 1 <= value <= 8 else None
 
 
 def _write_all(fd: int, body: bytes) -> None:
@@ -488,12 +485,10 @@ def child_main(argv: list[str] | None = None) -> int:
     sock = socket.socket(fileno=args.fd)
     from PIL import Image
 
-    import sr.io
-
     # Before "ready": the first job should not pay for the imports, nor for Pillow's plugin
     # registry (Image.init imports every format plugin: ~0.5 s of a loaded machine, issue 54).
     Image.init()
-    sr.io.read_image(_WARM_UP_PNG)
+    sio.read_image(_WARM_UP_PNG)
 
     sock.send(json.dumps({"ready": True}).encode())
     while True:
@@ -503,9 +498,9 @@ def child_main(argv: list[str] | None = None) -> int:
             return 0
         if not raw:
             return 0  # the server closed its end
-        request = json.loads(raw)
+        job = JobMessage.decode(raw)
         try:
-            with mmap.mmap(fds[0], request["size"], prot=mmap.PROT_READ) as m:
+            with mmap.mmap(fds[0], job.size, prot=mmap.PROT_READ) as m:
                 data = bytes(m)
         finally:
             for fd in fds:
@@ -513,21 +508,18 @@ def child_main(argv: list[str] | None = None) -> int:
         # The kernel's CPU deadline for this job: what this process has used so far plus the job's
         # allowance. Soft limit only (the hard one stays open so the next job can move it).
         start = _cpu_used()
-        soft = int(start + float(request.get("cpu_s", 60.0))) + 1
+        soft = int(start + job.cpu_s) + 1
         resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
-        message, out_fds = _serve_one(request, data)
+        result, out_fds = _serve_one(job, data)
         del data
-        message["cpu_s"] = _cpu_used() - start
-        if _rss_bytes() > RETIRE_RSS_BYTES:
-            message["retire"] = True
+        reply = Reply(result, cpu_s=_cpu_used() - start, retire=_rss_bytes() > RETIRE_RSS_BYTES)
         try:
-            socket.send_fds(sock, [json.dumps(message).encode()], out_fds)
+            socket.send_fds(sock, [reply.encode()], out_fds)
         finally:
             for fd in out_fds:
                 os.close(fd)
-        if message.get("retire"):
+        if reply.retire:
             return 0
-
 
 if __name__ == "__main__":
     sys.exit(child_main())

@@ -37,7 +37,7 @@ def test_format_helpers():
 def test_every_format_list_is_derived_from_the_formats_table():
     import typing
 
-    import sr.service.app
+    import sr.service.routes.upscale
     from sr.batch.jobs import same_format
     from sr.commands.upscale import format_choices
     from sr.io import FORMATS, listed_suffixes, read_formats, read_suffixes
@@ -53,11 +53,11 @@ def test_every_format_list_is_derived_from_the_formats_table():
     assert same == ["jpg", "webp", "png", "png"]
     assert request_formats() == ("png", "jpg", "jpeg", "webp", "same")
     want = {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp"}
-    assert mime_types() == sr.service.app.MIME == want
+    assert mime_types() == sr.service.routes.upscale.MIME == want
     assert [output_format("same", s) for s in ("PNG", "JPEG", "MPO", "WEBP", "TIFF", None)] == [
         "png", "jpg", "jpg", "webp", "png", "png"]
     assert output_format("jpeg", None) == "jpg"
-    hint = typing.get_type_hints(sr.service.app.upscale, include_extras=True)["fmt"]
+    hint = typing.get_type_hints(sr.service.routes.upscale.upscale, include_extras=True)["fmt"]
     assert typing.get_args(typing.get_args(hint)[0]) == request_formats()
 
 

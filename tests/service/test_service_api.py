@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-import sr.service.app as service_app
+import sr.service.core as service_core
 from sr.service.hub import family_of
 from sr.service.pipeline import download_name
 
@@ -262,7 +262,7 @@ def test_504_timeout_and_the_server_recovers(make_client, make_image, gate_jobs)
 
 def test_503_while_the_model_is_loading(make_client, make_image, monkeypatch) -> None:
     release = threading.Event()
-    monkeypatch.setattr(service_app.ModelHub, "load_default",
+    monkeypatch.setattr(service_core.ModelHub, "load_default",
                         lambda self, calibrate=None: (release.wait(20), setattr(self, "state", "ready")))
     client = make_client(wait=False)
     try:
@@ -283,7 +283,7 @@ def test_unexpected_engine_error_is_a_json_500_and_the_server_keeps_serving(make
     client = make_client()
     # Same app (already started); this client returns the 500 instead of re-raising it in the test.
     quiet = TestClient(client.app, raise_server_exceptions=False)
-    monkeypatch.setattr(service_app, "run_job", broken)
+    monkeypatch.setattr(service_core, "run_job", broken)
     r = _post(quiet, make_image())
     assert r.status_code == 500 and r.json() == {"detail": "internal server error (RuntimeError)"}
     monkeypatch.undo()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageCms
 
-import sr.service.app as service_app
+import sr.service.core as service_core
 from sr.io import read_image
 from sr.service.settings import Settings, SettingsError
 
@@ -29,7 +29,7 @@ class _Recorder:
 
     def __init__(self) -> None:
         self.calls = 0
-        self.real = service_app.run_job
+        self.real = service_core.run_job
 
     def __call__(self, engine, job):
         self.calls += 1
@@ -46,7 +46,7 @@ def _solid_png(w: int, h: int) -> bytes:
 
 def test_small_uploads_asking_huge_outputs_are_refused_before_any_work(make_client, monkeypatch) -> None:
     recorder = _Recorder()
-    monkeypatch.setattr(service_app, "run_job", recorder)
+    monkeypatch.setattr(service_core, "run_job", recorder)
     client = make_client()  # the default limits
     cases = [
         (_solid_png(16, 16), {"width": 9000, "height": 9000}, "9000x9000 output is 81.0 megapixels, "
@@ -82,7 +82,7 @@ def test_a_late_orientation_is_refused_on_the_turned_size_before_any_work(make_c
     # prediction must use the turned size (and this machine's measured speed): a 422 at once,
     # not a job that holds the worker until the time limit.
     recorder = _Recorder()
-    monkeypatch.setattr(service_app, "run_job", recorder)
+    monkeypatch.setattr(service_core, "run_job", recorder)
     client = make_client(workers=1, timeout_s=10)
     start = time.perf_counter()
     r = _post(client, _late_exif_png(600, 40, 6), width=2100)
@@ -93,9 +93,49 @@ def test_a_late_orientation_is_refused_on_the_turned_size_before_any_work(make_c
     assert ok.status_code == 200 and Image.open(io.BytesIO(ok.content)).size == (80, 1200)
 
 
+def _count_plans(monkeypatch) -> list[tuple[int, int]]:
+    """The (width, height) of every plan_work of the service's requests, from now on."""
+    calls: list[tuple[int, int]] = []
+    real = service_core.plan_work
+
+    def counting(engine, width, height, req):
+        calls.append((width, height))
+        return real(engine, width, height, req)
+
+    monkeypatch.setattr(service_core, "plan_work", counting)
+    return calls
+
+
+def test_a_request_is_planned_once(make_client, make_image, monkeypatch) -> None:
+    client = make_client()  # loaded and calibrated first: its start-up plans are not a request's
+    plans = _count_plans(monkeypatch)
+    assert _post(client, make_image(24, 20), scale=2).status_code == 200
+    assert plans == [(24, 20)]  # at admission, on the header's size; the decoded size agrees
+    assert _post(client, make_image(24, 20), outscale=3, tta="true").status_code == 200
+    assert plans == [(24, 20), (24, 20)]
+
+
+def test_a_decoded_size_other_than_the_probed_one_is_planned_again(make_client, make_image,
+                                                                   monkeypatch) -> None:
+    from sr.service.sandbox import Probe
+
+    client = make_client()
+    intake = client.app.state.service.intake
+    real_probe = intake.probe
+
+    async def turned_probe(data, max_pixels):  # a header read that misses a quarter turn
+        probe = await real_probe(data, max_pixels)
+        return Probe(probe.height, probe.width, probe.orientation)
+
+    monkeypatch.setattr(intake, "probe", turned_probe)
+    plans = _count_plans(monkeypatch)
+    assert _post(client, make_image(24, 20), scale=2).status_code == 200
+    assert plans == [(20, 24), (24, 20)]  # admitted on the probe's size, planned again on the decoded one
+
+
 def test_outscale_output_limit_and_tta_work_limit(make_client, make_image, monkeypatch) -> None:
     recorder = _Recorder()
-    monkeypatch.setattr(service_app, "run_job", recorder)
+    monkeypatch.setattr(service_core, "run_job", recorder)
     # 24x20 at x2: 1,920 output pixels; the network makes 1,920 per pass, 15,360 with tta
     client = make_client(max_output_pixels=10_000, max_work_pixels=5_000)
     r = _post(client, make_image(24, 20), outscale=16)  # 384x320 = 122,880 output pixels

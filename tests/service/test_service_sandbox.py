@@ -40,13 +40,13 @@ def _png(w: int, h: int, mode: str = "RGBA", **save: object) -> bytes:
 def test_decode_in_the_sandbox_gives_read_images_pixels_alpha_and_profile(sandbox: Sandbox) -> None:
     icc = b"\x00" * 100_000  # bigger than one datagram: it travels in a memfd too
     data = _png(30, 20, icc_profile=icc)
-    img, ref = sandbox.run("decode", data), read_image(data)
+    img, ref = sandbox.decode(data), read_image(data)
     assert np.array_equal(img.pixels, ref.pixels) and np.array_equal(img.alpha, ref.alpha)
     assert img.icc_profile == ref.icc_profile == icc and (img.format, img.mode) == ("PNG", "RGBA")
-    png = sandbox.run("preview", data)
+    png = sandbox.preview(data)
     assert Image.open(io.BytesIO(png)).size == (30, 20)
     with pytest.raises(ImageDecodeError, match="not an image"):
-        sandbox.run("decode", b"hello, not an image")
+        sandbox.decode(b"hello, not an image")
 
 
 def test_png_exif_after_the_pixel_data_turns_the_probed_size(sandbox: Sandbox) -> None:
@@ -57,9 +57,9 @@ def test_png_exif_after_the_pixel_data_turns_the_probed_size(sandbox: Sandbox) -
     png = _png(600, 40, "RGB")
     late = png[:-12] + _chunk(b"eXIf", exif.tobytes()[6:]) + png[-12:]  # before IEND
     assert read_image(late).pixels.shape[:2] == (600, 40)  # (H, W): turned
-    probe = sandbox.run("probe", late)
+    probe = sandbox.probe(late)
     assert (probe.width, probe.height, probe.orientation) == (40, 600, 6)
-    assert (sandbox.run("probe", png).width, sandbox.run("probe", png).height) == (600, 40)
+    assert (sandbox.probe(png).width, sandbox.probe(png).height) == (600, 40)
 
 
 def test_allocation_past_the_memory_limit_is_a_413_not_the_servers_memory(sandbox: Sandbox) -> None:
@@ -68,8 +68,8 @@ def test_allocation_past_the_memory_limit_is_a_413_not_the_servers_memory(sandbo
     ihdr = _chunk(b"IHDR", struct.pack(">IIBBBBB", 9400, 9400, 8, 2, 0, 0, 0))
     bomb = b"\x89PNG\r\n\x1a\n" + ihdr + _chunk(b"IDAT", zlib.compress(bytes(30_001))) + _chunk(b"IEND", b"")
     with pytest.raises(ImageTooLargeError, match="not enough memory"):
-        sandbox.run("decode", bomb, max_pixels=None)
-    assert sandbox.run("probe", _png(8, 8)).width == 8  # the child still serves
+        sandbox.decode(bomb, max_pixels=None)
+    assert sandbox.probe(_png(8, 8)).width == 8  # the child still serves
 
 
 def test_decoder_pathology_past_the_precheck_is_stopped_at_its_limit_and_replaced() -> None:
@@ -83,9 +83,42 @@ def test_decoder_pathology_past_the_precheck_is_stopped_at_its_limit_and_replace
         box.wait_ready()
         t0 = time.monotonic()
         with pytest.raises(SandboxLimitError, match="0.5 s of wall-clock time"):
-            box.run("decode", junk)
+            box.decode(junk)
         assert time.monotonic() - t0 < 3
         assert box.stats["killed"] == 1
-        assert box.run("probe", _png(8, 8)).height == 8  # a fresh child took its place
+        assert box.probe(_png(8, 8)).height == 8  # a fresh child took its place
     finally:
         box.close()
+
+
+def test_messages_round_trip_typed() -> None:
+    from sr.service.sandbox_protocol import (
+        ErrorKind,
+        ErrorReply,
+        ImageReply,
+        JobMessage,
+        Op,
+        PngReply,
+        ProbeReply,
+        Reply,
+    )
+
+    job = JobMessage(Op.PREVIEW, 1234, None, 2.5)
+    assert JobMessage.decode(job.encode()) == job
+    for result in (ProbeReply(40, 600, 6), PngReply(99),
+                   ImageReply([20, 30, 3], "float32", 8, "PNG", "RGBA", [20, 30], 100_000),
+                   ErrorReply(ErrorKind.UNSUPPORTED_MODE, "unsupported pixel mode F", "F")):
+        reply = Reply(result, cpu_s=0.25, retire=True)
+        assert Reply.decode(reply.encode()) == reply
+
+
+def test_a_childs_image_error_comes_back_as_its_own_class() -> None:
+    import sr.io as sio
+    from sr.service.sandbox_protocol import ERROR_CLASSES, ErrorKind, ErrorReply
+
+    for cls in ERROR_CLASSES.values():
+        error = cls("F", None) if cls is sio.UnsupportedModeError else cls("why", None)
+        back = ErrorReply.of(error).error()
+        assert type(back) is cls and back.reason == error.reason
+    assert ErrorReply.of(sio.UnsupportedModeError("LAB")).error().mode == "LAB"
+    assert ErrorReply.of(SandboxLimitError("over")).kind is ErrorKind.DECODE_LIMIT  # the nearest listed class

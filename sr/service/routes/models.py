@@ -1,0 +1,21 @@
+"""GET /v1/models: the models offered, with scales, parameters and Set5 PSNR."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from ..deps import ServiceDep
+from .responses import ERRORS
+
+router = APIRouter()
+
+
+@router.get("/models", summary="Models offered, with scales, parameters and Set5 PSNR",
+            responses={401: ERRORS[401]})
+def models(service: ServiceDep) -> dict[str, object]:
+    hub = service.hub
+    return {
+        "default": hub.default,
+        "families": hub.family_list(),
+        "models": hub.catalog(),
+    }

@@ -1,0 +1,31 @@
+"""GET /healthz (liveness) and /readyz (readiness: the model is loaded)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from ..deps import ServiceDep
+from .responses import ERRORS
+
+router = APIRouter(tags=["ops"])
+
+
+@router.get("/healthz", summary="Liveness: the process answers")
+async def healthz(service: ServiceDep) -> dict[str, object]:
+    # async: answered on the event loop, never waiting for a thread that uploads or sync
+    # endpoints may all hold (a liveness probe must not be starved, issue 54 row D).
+    return {"status": "ok", "model_state": service.hub.state, "jobs": service.pool.stats(),
+            "uploads": service.admission.stats(),
+            "sandbox": {"intake": service.intake.stats(), "decoder": dict(service.decoder.stats)}}
+
+
+@router.get("/readyz", summary="Readiness: the model is loaded (503 until then)",
+            responses={503: ERRORS[503]})
+def readyz(service: ServiceDep) -> JSONResponse:
+    info = service.hub.describe()
+    if not service.hub.ready:
+        info["detail"] = ("model is still loading" if service.hub.state == "loading"
+                          else f"model failed to load: {service.hub.error}")
+        return JSONResponse(info, status_code=503, headers={"Retry-After": "2"})
+    return JSONResponse({"status": "ready", **info})
