@@ -129,5 +129,5 @@ class BatchOptions:
             raise BatchError("unknown device {got!r}; choose from {devices}", got=self.device,
                              devices=", ".join(DEVICES))
         # the actors look named models up themselves, from their own working folder: an absolute path
-        weights_dir = None if self.weights_dir is None else str(Path(self.weights_dir).expanduser().absolute())
+        weights_dir = self.weights_dir and str(Path(self.weights_dir).expanduser().absolute())
         return replace(self, device=device, weights_dir=weights_dir)
