@@ -1,5 +1,9 @@
-"""Inference engine: tiled, thread-safe upscaling of decoded images with shipped or user weights."""
+"""Inference engine: tiled, thread-safe upscaling of decoded images with shipped or user weights.
 
+Importing it imports both implementations ``Upscaler(...)`` builds (family, auto): each registers itself.
+"""
+
+from .auto import AutoEngine
 from .engine import (
     ALPHA_MODES,
     DEFAULT_TILE_OVERLAP,
@@ -11,6 +15,7 @@ from .engine import (
     choose_passes,
     list_models,
 )
+from .family import FamilyEngine
 from .heatmap import budget_heatmap
 from .model_choice import (
     DEFAULT_DENOISE,
@@ -26,10 +31,12 @@ from .model_choice import (
 
 __all__ = [
     "ALPHA_MODES",
+    "AutoEngine",
     "DEFAULT_DENOISE",
     "DEFAULT_LOOK",
     "DEFAULT_TILE_OVERLAP",
     "DENOISE_MODELS",
+    "FamilyEngine",
     "LOOK_MODELS",
     "ModelChoice",
     "Plan",

@@ -32,7 +32,7 @@ from .model_choice import (
 from .tiling import ProgressFn, TileFn
 
 
-class AutoEngine(Upscaler):
+class AutoEngine(Upscaler, serves=AUTO_MODEL):
     """:class:`~sr.inference.engine.Upscaler` for ``model="auto"``; ``sides`` holds its two family
     engines by family name (their weights load on first use, as every engine's do)."""
 

@@ -17,6 +17,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -39,6 +40,7 @@ __all__ = ["ALPHA_MODES", "DEFAULT_TILE_OVERLAP", "MAX_OUTPUT_PIXELS", "MAX_PASS
 
 # ((out_h, out_w), model passes): what Upscaler.plan_size gives.
 SizePlan = tuple[tuple[int, int], list[int]]
+FAMILY = "family"  # what Upscaler(...) builds for any model but "auto": sr.inference.family.FamilyEngine
 
 
 @dataclass
@@ -103,6 +105,7 @@ class Upscaler(ABC):
     The other arguments are the engine's options, checked once (:func:`sr.inference.options.engine_options`).
     """
 
+    _implementations: ClassVar[dict[str, type[Upscaler]]] = {}  # by what they serve (__init_subclass__)
     name: str
     scales: list[int]  # the model scales this engine runs, ascending
     denoise: float | None
@@ -123,11 +126,15 @@ class Upscaler(ABC):
     def __new__(cls, model: str | Path | ModelDescriptor = DEFAULT_CHOICE, *args: object,
                 **kwargs: object) -> Upscaler:
         if cls is Upscaler:  # Upscaler(...) builds the implementation the model needs
-            from .auto import AutoEngine
-            from .family import FamilyEngine
-
-            cls = AutoEngine if model == AUTO_MODEL else FamilyEngine
+            cls = Upscaler._implementations[AUTO_MODEL if model == AUTO_MODEL else FAMILY]
         return super().__new__(cls)
+
+    def __init_subclass__(cls, serves: str | None = None, **kwargs: object) -> None:
+        """``class FamilyEngine(Upscaler, serves=FAMILY)`` registers what ``Upscaler(...)`` builds for
+        those models, on import (sr.inference imports both): this module imports neither."""
+        super().__init_subclass__(**kwargs)
+        if serves is not None:
+            Upscaler._implementations[serves] = cls
 
     def __init__(
         self,

@@ -25,7 +25,7 @@ from ..io import quantize as quantize_samples
 from ..models import SRNet, set_attention_path
 from ..request import UpscaleRequest
 from .devices import available_memory
-from .engine import Plan, SizePlan, StopCheck, UpscaleError, Upscaler, UpscaleResult
+from .engine import FAMILY, Plan, SizePlan, StopCheck, UpscaleError, Upscaler, UpscaleResult
 from .model_choice import ModelChoice, Source
 from .passes import Loaded, is_oom, nearest_resize, run_tiles
 from .precision import bf16_from_pixels, choose_dtype, record_name
@@ -33,7 +33,7 @@ from .resample import resize_to
 from .tiling import ProgressFn, TileFn, TileGrid, TileTooSmall, min_tile, plan_axis, run_tiled, tile_for
 
 
-class FamilyEngine(Upscaler):
+class FamilyEngine(Upscaler, serves=FAMILY):
     """:class:`~sr.inference.engine.Upscaler` for one family or file (any ``model`` but "auto").
     ``scales``: run only these of the family's scales (auto's sides run the scales both share).
     ``shipped_dir``: the folder whose files the bf16 record measured (:func:`~sr.inference.precision.

@@ -90,6 +90,17 @@ def signatures() -> tuple[bytes, ...]:
     return tuple(sig for f in FORMATS.values() if f.readable for sig in f.signatures)
 
 
+def looks_like_image(data: bytes) -> bool:
+    """Whether ``data`` starts like one of the formats read here: a file that does but fails to
+    decode is damaged, anything else is not an image we read (the service's 400 vs 415)."""
+    head = data[:16]
+    if head.startswith(signatures()):
+        return True
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return True
+    return head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis")
+
+
 def format_for(key: str) -> ImageFormat | None:
     """The row for a name, user name, suffix or Pillow name (any case), or None."""
     key = str(key).strip().lower()

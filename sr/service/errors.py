@@ -9,7 +9,7 @@ domain raises besides these are its libraries' own: :class:`sr.io.ImageError` an
 
 from __future__ import annotations
 
-from sr.io import ImageDecodeError, UnsupportedModeError
+from sr.io import ImageDecodeError, UnsupportedModeError, looks_like_image
 
 
 class InvalidRequestError(ValueError):
@@ -41,8 +41,6 @@ def upload_error(exc: ImageDecodeError, data: bytes) -> ImageDecodeError:
     """The upload's decode failure as the client should hear it: :class:`CorruptImageError` when
     ``data`` starts like a format sr.io reads (Pillow gives up on a damaged header as "not an
     image": that says corrupt), else ``exc`` itself (not an image we read)."""
-    from .pipeline import looks_like_image
-
     if isinstance(exc, UnsupportedModeError) or not looks_like_image(data):
         return exc
     reason = "its header is damaged" if exc.reason.startswith("not an image") else exc.reason

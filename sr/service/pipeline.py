@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from sr import NATURAL_MODEL
 from sr.inference import UpscaleError, Upscaler
-from sr.io import FORMATS, signatures, writable_format_for
+from sr.io import FORMATS, writable_format_for
 from sr.request import UpscaleRequest, same_format
 
 from .errors import InvalidRequestError, ModelUnavailableError
@@ -295,15 +295,3 @@ def download_name(upload_name: str | None, suffix: str, ext: str) -> str:
     stem = base.rsplit(".", 1)[0] if "." in base else base
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("._-")[:80] or "image"
     return f"{stem}{suffix}.{ext}"
-
-
-def looks_like_image(data: bytes) -> bool:
-    """Whether ``data`` starts like one of the formats sr.io reads (400 'corrupt' vs 415 'not an image')."""
-    head = data[:16]
-    # How each format read by sr.io begins: a file that starts like one but fails to decode is
-    # corrupt (400), anything else is not an image we read (415).
-    if head.startswith(signatures()):
-        return True
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return True
-    return head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis")

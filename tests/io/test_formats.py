@@ -86,4 +86,4 @@ def test_a_new_format_is_one_row(tmp_path, monkeypatch):
     assert sr.service.pipeline.request_formats()[-2:] == ("tga", "same")
     assert sr.service.pipeline.mime_types()["tga"] == "image/x-tga"
     assert sr.service.pipeline.output_format("same", "TGA") == "tga"
-    assert sr.service.pipeline.looks_like_image((tmp_path / "a.tga").read_bytes())
+    assert sr.io.looks_like_image((tmp_path / "a.tga").read_bytes())
