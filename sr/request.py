@@ -89,6 +89,24 @@ def parse_look(value: object, name: str = "look") -> float:
     return _parse_unit(value, "look", name, f"0 = {PHOTO_MODEL}, 1 = {NATURAL_MODEL}")
 
 
+def check_output_size(outscale: object, width: object, height: object,
+                      name: Callable[[str], str] = str) -> None:
+    """The one check of how an output size is asked for (``outscale``, or ``width`` and/or ``height``):
+    :class:`RequestError` naming the field (as ``name`` spells it) and why. The request's
+    :meth:`~UpscaleRequest.validate` and the engine's size plan (a Python caller's values) both use it."""
+    if outscale is not None and (width is not None or height is not None):
+        raise RequestError("outscale", f"give either {name('outscale')} or "
+                                       f"{name('width')}/{name('height')}, not both")
+    if outscale is not None and (
+        isinstance(outscale, bool) or not isinstance(outscale, (int, float))
+        or not (math.isfinite(outscale) and outscale > 0)
+    ):
+        raise RequestError("outscale", f"{name('outscale')} must be a number > 0, got {outscale!r}")
+    for field, v in (("width", width), ("height", height)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
+            raise RequestError(field, f"{name(field)} must be a positive number of pixels, got {v!r}")
+
+
 @dataclass(frozen=True)
 class UpscaleRequest:
     """What one upscale asks for, the same for the CLI, batch and the service.
@@ -122,18 +140,7 @@ class UpscaleRequest:
             isinstance(self.scale, bool) or not isinstance(self.scale, numbers.Integral) or self.scale < 1
         ):
             raise RequestError("scale", f"{name('scale')} must be a positive integer, got {self.scale!r}")
-        if self.outscale is not None and (self.width is not None or self.height is not None):
-            raise RequestError("outscale", f"give either {name('outscale')} or "
-                                           f"{name('width')}/{name('height')}, not both")
-        if self.outscale is not None and (
-            isinstance(self.outscale, bool) or not isinstance(self.outscale, (int, float))
-            or not (math.isfinite(self.outscale) and self.outscale > 0)
-        ):
-            raise RequestError("outscale", f"{name('outscale')} must be a number > 0, got {self.outscale!r}")
-        for field in ("width", "height"):
-            v = getattr(self, field)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
-                raise RequestError(field, f"{name(field)} must be a positive number of pixels, got {v!r}")
+        check_output_size(self.outscale, self.width, self.height, name)
         if not self._known_format():
             raise RequestError("format", f"{name('format')} must be an output format or 'same', "
                                          f"got {self.format!r}")

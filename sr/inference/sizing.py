@@ -1,17 +1,17 @@
 """The size plan of an upscale: output size from scale / outscale / width / height, and the chain of
 model passes that reaches it (then a MATLAB-bicubic resize to the exact size).
 
-These are the engine's own refusals of the values that reach it (a Python caller's included), with
-what only the engine knows: its scales and limits. :meth:`sr.request.UpscaleRequest.validate` is the
-users' check, worded with their field names, before a request reaches the engine.
+How an output size is asked for is checked by :func:`sr.request.check_output_size`, the request's own
+rule (a Python caller's values get the same sentences as the CLI's and the service's); what only the
+engine knows is checked here: its scales and its output limits.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import numbers
 
+from ..request import RequestError, check_output_size
 from .errors import UpscaleError
 
 MAX_PASSES = 8
@@ -66,19 +66,14 @@ def output_size(
 ) -> tuple[tuple[int, int], float]:
     """((out_h, out_w), the factor the passes must reach) of an h x w input; ``scale`` is checked
     already (:func:`check_scale`), None for the smallest of ``scales``."""
-    if outscale is not None and (width is not None or height is not None):
-        raise UpscaleError("give either outscale or width/height, not both")
+    try:
+        check_output_size(outscale, width, height)
+    except RequestError as e:
+        raise UpscaleError(str(e)) from None
     if outscale is not None:
-        if isinstance(outscale, bool) or not isinstance(outscale, (int, float)) or not (
-            math.isfinite(outscale) and outscale > 0
-        ):
-            raise UpscaleError(f"outscale must be a number > 0, got {outscale!r}")
         out_h, out_w = max(1, _round_half_up(h * outscale)), max(1, _round_half_up(w * outscale))
         factor = float(outscale)
     elif width is not None or height is not None:
-        for label, v in (("width", width), ("height", height)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
-                raise UpscaleError(f"{label} must be a positive integer, got {v!r}")
         out_w = int(width) if width is not None else max(1, _round_half_up(w * height / h))
         out_h = int(height) if height is not None else max(1, _round_half_up(h * width / w))
         factor = max(out_h / h, out_w / w)

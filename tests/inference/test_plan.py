@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sr.inference import Upscaler
+from sr.inference import UpscaleError, Upscaler
 from sr.inference.family import FamilyEngine
 from sr.io import DecodedImage
 from sr.request import UpscaleRequest
@@ -61,3 +61,18 @@ def test_a_family_engine_runs_only_the_scales_it_is_given(weights_dir) -> None:
     assert restricted.plan_size(10, 10, outscale=3)[1] == [4]  # x3 is not among its scales
     with pytest.raises(Exception, match="scale 3 is not available"):
         restricted.check_scale(3)
+
+
+@pytest.mark.parametrize("asked", [
+    {"width": 0}, {"height": -3}, {"width": 2.5}, {"outscale": 0}, {"outscale": float("nan")},
+    {"outscale": True}, {"outscale": 2, "width": 10},
+])
+def test_a_bad_output_size_gets_the_requests_own_sentence(tiny_x2, asked) -> None:
+    # one rule for how a size is asked (sr.request.check_output_size): a Python caller of the engine
+    # hears what sr upscale and the service say (with the field names)
+    up = Upscaler(model=str(tiny_x2), device="cpu", threads=1)
+    with pytest.raises(ValueError) as by_request:
+        UpscaleRequest(**asked).validate()
+    with pytest.raises(UpscaleError) as by_engine:
+        up.plan_size(8, 8, **asked)
+    assert str(by_engine.value) == str(by_request.value)
