@@ -281,7 +281,7 @@ class Sandbox:
             left = deadline - time.monotonic()
             if left <= 0:
                 self._killed(child)
-                raise _limit_error("time", wall)
+                raise limit_error("time", wall)
             # Short waits: a request that gave up (client gone, its own timeout) frees the child early.
             child.sock.settimeout(min(left, 0.25))
             try:
@@ -295,8 +295,8 @@ class Sandbox:
                 code = _exit_code(child)
                 self._killed(child)
                 if code == -signal.SIGXCPU or code == -signal.SIGKILL:
-                    raise _limit_error("cpu", cpu) from None
-                raise _limit_error("crash", code) from None
+                    raise limit_error("cpu", cpu) from None
+                raise limit_error("crash", code) from None
         reply = Reply.decode(raw)
         with self._lock:
             self.stats["cpu_s"] += reply.cpu_s
@@ -315,16 +315,20 @@ def _exit_code(child: _Child) -> int | None:
         return None
 
 
-def _limit_error(kind: str, value: float | int | None) -> Exception:
+def limit_error(kind: str, value: float | int | None) -> Exception:
+    """The refusal of a decode that hit a limit: ``kind`` "time" / "cpu" (the limit, in s), or "crash"
+    (the exit status, None when it could not be read)."""
     from sr.io import DecodeLimitError
 
-    reasons = {
-        "time": f"decoding took over {value:g} s of wall-clock time (the decoder's limit); "
-                "the decoder was stopped",
-        "cpu": f"decoding used over {value:g} s of CPU (the decoder's limit); the decoder was stopped",
-        "crash": f"the decoder process failed on this file (exit status {value})",
-    }
-    return SandboxLimitError(reasons[kind]) if kind != "crash" else DecodeLimitError(reasons[kind])
+    # only the kind's own sentence is formatted: a crash may have no exit status to read (None)
+    if kind == "time":
+        return SandboxLimitError(f"decoding took over {value:g} s of wall-clock time (the decoder's limit); "
+                                 "the decoder was stopped")
+    if kind == "cpu":
+        return SandboxLimitError(f"decoding used over {value:g} s of CPU (the decoder's limit); "
+                                 "the decoder was stopped")
+    status = "no exit status" if value is None else f"exit status {value}"
+    return DecodeLimitError(f"the decoder process failed on this file ({status})")
 
 
 def _sandbox_limit_error_type() -> type:

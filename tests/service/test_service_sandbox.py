@@ -122,3 +122,19 @@ def test_a_childs_image_error_comes_back_as_its_own_class() -> None:
         assert type(back) is cls and back.reason == error.reason
     assert ErrorReply.of(sio.UnsupportedModeError("LAB")).error().mode == "LAB"
     assert ErrorReply.of(SandboxLimitError("over")).kind is ErrorKind.DECODE_LIMIT  # the nearest listed class
+
+
+def test_a_crash_without_an_exit_status_is_still_a_decode_refusal() -> None:
+    # a child that dies before its exit status can be read: the refusal, not a formatting error (500)
+    from sr.io import DecodeLimitError
+    from sr.service.sandbox import SandboxLimitError, limit_error
+
+    crash = limit_error("crash", None)
+    assert isinstance(crash, DecodeLimitError) and not isinstance(crash, SandboxLimitError)
+    assert str(crash) == "the decoder process failed on this file (no exit status)"
+    assert str(limit_error("crash", -9)) == "the decoder process failed on this file (exit status -9)"
+    timeout = limit_error("time", 2.5)
+    assert isinstance(timeout, SandboxLimitError)
+    assert str(timeout) == ("decoding took over 2.5 s of wall-clock time (the decoder's limit); "
+                            "the decoder was stopped")
+    assert str(limit_error("cpu", 1)).startswith("decoding used over 1 s of CPU")
