@@ -21,6 +21,9 @@ __all__ = [
     "DEFAULT_TILE_OVERLAP",
     "DENOISE_MODELS",
     "LOOK_MODELS",
+    "MAX_OUTPUT_PIXELS",
+    "MAX_OUTSCALE",
+    "MAX_SIDE",
     "PRECISIONS",
     "RequestError",
     "UpscaleRequest",
@@ -47,6 +50,17 @@ DEFAULT_DENOISE = 1.0
 # (photo) side only.
 LOOK_MODELS = DENOISE_MODELS
 DEFAULT_LOOK = 0.0
+# The engine's hard stop on output pixels (sr.inference.sizing refuses any plan over it). Defined
+# here, torch-free, because the caps below follow from it.
+MAX_OUTPUT_PIXELS = 2**28
+# Caps on every number of a size, checked before any arithmetic on it: outscale=1e308 made
+# ``h * outscale`` infinite and a 401-digit width made ``h * width / w`` overflow, both an
+# OverflowError (a 500 that also dropped the keep-alive connection, issue 72). Neither cap refuses a
+# size the engine could make: an output side is at least 1 pixel, so no side exceeds
+# MAX_OUTPUT_PIXELS, and every input is at least 1x1 pixel, so no factor over its square root keeps
+# the output within it. ``scale`` (a model's factor: 2, 3 or 4) has the same cap.
+MAX_SIDE = MAX_OUTPUT_PIXELS
+MAX_OUTSCALE = math.isqrt(MAX_OUTPUT_PIXELS)
 
 
 class RequestError(ValueError):
@@ -67,13 +81,16 @@ def _parse_unit(value: object, field: str, name: str, ends: str) -> float:
         try:
             number = float(value.strip())
         except ValueError:
-            raise RequestError(field, f"{bad}, got {value!r}") from None
+            raise RequestError(field, f"{bad}, got {_shown(value)}") from None
+    elif isinstance(value, numbers.Integral) and not 0 <= value <= 1:
+        # float() of a 400-digit int raises OverflowError: out of range whatever its size
+        raise RequestError(field, f"{bad} ({ends}), got {_shown(value)}")
     elif isinstance(value, (int, float)):
         number = float(value)
     else:
-        raise RequestError(field, f"{bad}, got {value!r}")
+        raise RequestError(field, f"{bad}, got {_shown(value)}")
     if not math.isfinite(number) or not 0 <= number <= 1:
-        raise RequestError(field, f"{bad} ({ends}), got {value!r}")
+        raise RequestError(field, f"{bad} ({ends}), got {_shown(value)}")
     return number
 
 
@@ -101,10 +118,23 @@ def check_output_size(outscale: object, width: object, height: object,
         isinstance(outscale, bool) or not isinstance(outscale, (int, float))
         or not (math.isfinite(outscale) and outscale > 0)
     ):
-        raise RequestError("outscale", f"{name('outscale')} must be a number > 0, got {outscale!r}")
+        raise RequestError("outscale", f"{name('outscale')} must be a number > 0, got {_shown(outscale)}")
+    if outscale is not None and outscale > MAX_OUTSCALE:
+        raise RequestError("outscale", f"{name('outscale')} must be at most {MAX_OUTSCALE} (no larger "
+                                       f"factor stays within {MAX_OUTPUT_PIXELS} output pixels), "
+                                       f"got {_shown(outscale)}")
     for field, v in (("width", width), ("height", height)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
-            raise RequestError(field, f"{name(field)} must be a positive number of pixels, got {v!r}")
+            raise RequestError(field, f"{name(field)} must be a positive number of pixels, got {_shown(v)}")
+        if v is not None and v > MAX_SIDE:
+            raise RequestError(field, f"{name(field)} must be at most {MAX_SIDE} pixels (the output "
+                                      f"limit), got {_shown(v)}")
+
+
+def _shown(value: object, limit: int = 40) -> str:
+    """``repr(value)``, shortened past ``limit`` characters: a 400-digit number stays a one-line error."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 13]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -137,16 +167,18 @@ class UpscaleRequest:
         ``outscale``; the service's form fields are the field names), so that the CLI and the
         service refuse the same request with the same sentence."""
         if self.scale is not None and (
-            isinstance(self.scale, bool) or not isinstance(self.scale, numbers.Integral) or self.scale < 1
+            isinstance(self.scale, bool) or not isinstance(self.scale, numbers.Integral)
+            or not 1 <= self.scale <= MAX_OUTSCALE
         ):
-            raise RequestError("scale", f"{name('scale')} must be a positive integer, got {self.scale!r}")
+            raise RequestError("scale", f"{name('scale')} must be a positive integer up to {MAX_OUTSCALE}, "
+                                        f"got {_shown(self.scale)}")
         check_output_size(self.outscale, self.width, self.height, name)
         if not self._known_format():
             raise RequestError("format", f"{name('format')} must be an output format or 'same', "
                                          f"got {self.format!r}")
         if isinstance(self.quality, bool) or not isinstance(self.quality, numbers.Integral) \
                 or not 1 <= self.quality <= 100:
-            raise RequestError("quality", f"{name('quality')} must be 1-100, got {self.quality!r}")
+            raise RequestError("quality", f"{name('quality')} must be 1-100, got {_shown(self.quality)}")
         if self.alpha_mode not in ALPHA_MODES:
             raise RequestError("alpha_mode", f"{name('alpha_mode')} must be one of "
                                              f"{', '.join(ALPHA_MODES)}, got {self.alpha_mode!r}")

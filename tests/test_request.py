@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from sr.request import RequestError, UpscaleRequest, parse_look, same_format, takes_denoise, takes_look
+from sr.request import (
+    MAX_OUTSCALE,
+    MAX_SIDE,
+    RequestError,
+    UpscaleRequest,
+    parse_look,
+    same_format,
+    takes_denoise,
+    takes_look,
+)
 
 
 def test_a_plain_request_is_valid_and_frozen() -> None:
@@ -106,3 +115,35 @@ def test_output_suffix_follows_the_request(fields: dict, suffix: str) -> None:
 ])
 def test_same_format_by_decoded_name_or_suffix_agree(source: str | None, fmt: str) -> None:
     assert same_format(source) == fmt
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"outscale": 1e308}, "outscale must be at most 16384"),
+    ({"outscale": float("inf")}, "outscale must be a number > 0"),
+    ({"outscale": 16384.5}, "outscale must be at most 16384"),
+    ({"width": 10**400}, "width must be at most 268435456 pixels"),
+    ({"height": 2**28 + 1}, "height must be at most 268435456 pixels"),
+    ({"scale": 10**400}, "scale must be a positive integer up to 16384"),
+    ({"quality": 10**400}, "quality must be 1-100"),
+    ({"denoise": 10**400, "model": "photo"}, "denoise must be a number from 0 to 1"),
+    ({"look": -(10**400), "model": "photo"}, "look must be a number from 0 to 1"),
+])
+def test_absurd_numbers_are_refused_before_any_arithmetic_in_one_line(fields: dict, message: str) -> None:
+    # issue 72: outscale=1e308 and a 401-digit width reached sizing's arithmetic (OverflowError, a 500)
+    with pytest.raises(RequestError, match=message) as e:
+        UpscaleRequest(**fields).validate()
+    assert e.value.field in fields and len(str(e.value)) < 200 and "\n" not in str(e.value)
+
+
+def test_the_caps_refuse_no_size_the_engine_could_make() -> None:
+    from sr.inference.sizing import MAX_OUTPUT_PIXELS, output_size
+
+    # the largest factor and side still plan (a 1x1 input), one more is the request's refusal
+    assert output_size(1, 1, None, float(MAX_OUTSCALE), None, None, [2])[0] == (MAX_OUTSCALE, MAX_OUTSCALE)
+    assert output_size(1, 1, None, None, MAX_SIDE, 1, [2])[0] == (1, MAX_SIDE)
+    assert MAX_OUTSCALE ** 2 == MAX_SIDE == MAX_OUTPUT_PIXELS
+    assert UpscaleRequest(outscale=float(MAX_OUTSCALE), width=None).validate()
+    assert UpscaleRequest(width=MAX_SIDE, height=1).validate()
+    for fields in ({"outscale": MAX_OUTSCALE + 0.01}, {"width": MAX_SIDE + 1}):
+        with pytest.raises(RequestError):
+            UpscaleRequest(**fields).validate()

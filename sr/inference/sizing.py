@@ -11,12 +11,12 @@ from __future__ import annotations
 import itertools
 import math
 
-from ..request import RequestError, check_output_size
+from ..request import MAX_OUTPUT_PIXELS, RequestError, check_output_size
 from .errors import UpscaleError
 
 MAX_PASSES = 8
-# A hard stop for absurd requests (1x1 -> outscale 1e5): the float32 output alone would not fit.
-MAX_OUTPUT_PIXELS = 2**28
+# MAX_OUTPUT_PIXELS (2**28, from sr.request, whose caps on outscale/width/height follow from it): a
+# hard stop for absurd requests (1x1 -> outscale 1e5): the float32 output alone would not fit.
 
 
 def _round_half_up(x: float) -> int:
