@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from sr.service.app import create_app
-    from sr.service.limits import header_timeout_protocol
+    from sr.service.limits import connection_protocol
 
     app = create_app(settings)
     # A backstop only: uploads are capped by the app (service.intake.UploadAdmission: a JSON 503 with
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     # health checks, so (workers + queue) * 4 + 32 starved /healthz under 51 slow uploads (issue 54).
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             limit_concurrency=UVICORN_CONNECTION_CAP, timeout_graceful_shutdown=5,
-                            http=header_timeout_protocol(settings.header_timeout_s))
+                            http=connection_protocol(settings))
     uvicorn.Server(config).run()
     return 0
 

@@ -35,7 +35,7 @@ from .core import build_service
 from .deps import API_KEY_DETAIL
 from .intake import AdmissionState, UploadAdmission
 from .jobs import fix_mmap_threshold
-from .limits import ApiKeyMiddleware, BodyLimitMiddleware
+from .limits import ApiKeyMiddleware, BodyLimitMiddleware, ResponsePacing
 from .routes import errors, routers
 from .routes.pages import DOCS_ASSETS, DOCS_ASSETS_DIR, STATIC_DIR
 from .settings import Settings
@@ -65,7 +65,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _add_guards(app: FastAPI, settings: Settings, admission: AdmissionState) -> None:
-    """The ASGI guards, innermost first: body limits, upload admission, API key, CORS."""
+    """The ASGI guards, innermost first: body limits, upload admission, API key, CORS, response pacing."""
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.body_limit,
                        idle_timeout=settings.body_timeout_s, min_rate=settings.body_min_rate,
                        total_timeout=settings.body_total_s,
@@ -79,6 +79,8 @@ def _add_guards(app: FastAPI, settings: Settings, admission: AdmissionState) -> 
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                            allow_methods=["GET", "POST"], allow_headers=["X-API-Key"],
                            expose_headers=EXPOSED_HEADERS)
+    # Outermost: every answer, errors included, leaves in pieces the send timeout can stop.
+    app.add_middleware(ResponsePacing, piece=settings.max_buffered_bytes // 2)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

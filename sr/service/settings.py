@@ -62,6 +62,12 @@ class Settings:
     decode_cpu_s: float = 60.0
     probe_cpu_s: float = 2.0
     probe_wall_s: float = 10.0
+    # Answers (issue 72): a response the client stops reading is aborted after send_timeout_s without
+    # progress, and its memory freed (24 unread 9 MB answers held 213 MB for as long as their clients
+    # stayed); at most max_buffered_bytes of one connection's answer wait in the server's write
+    # buffer, the rest goes out as the client reads (service.limits).
+    send_timeout_s: float = 30.0
+    max_buffered_bytes: int = 2**20
 
     def __post_init__(self) -> None:
         checks = [
@@ -84,6 +90,9 @@ class Settings:
             (self.decode_cpu_s > 0, f"decode CPU time must be > 0 seconds, got {self.decode_cpu_s}"),
             (self.probe_cpu_s > 0, f"probe CPU time must be > 0 seconds, got {self.probe_cpu_s}"),
             (self.probe_wall_s > 0, f"probe wall time must be > 0 seconds, got {self.probe_wall_s}"),
+            (self.send_timeout_s > 0, f"send timeout must be > 0 seconds, got {self.send_timeout_s}"),
+            (self.max_buffered_bytes >= 64 * 1024,
+             f"max buffered bytes must be >= 65536, got {self.max_buffered_bytes}"),
             (bool(self.model), "model must not be empty"),
         ]
         for ok, message in checks:
@@ -230,4 +239,6 @@ ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "decode_cpu_s": ("SR_DECODE_CPU_S", float),
     "probe_cpu_s": ("SR_PROBE_CPU_S", float),
     "probe_wall_s": ("SR_PROBE_WALL_S", float),
+    "send_timeout_s": ("SR_SEND_TIMEOUT_S", float),
+    "max_buffered_bytes": ("SR_MAX_BUFFERED_BYTES", _int),
 }

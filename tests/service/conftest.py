@@ -23,7 +23,7 @@ from PIL import Image
 from benchmarks.serve import free_port, stop_process
 from sr.models import build_model
 from sr.service.app import create_app
-from sr.service.limits import header_timeout_protocol
+from sr.service.limits import connection_protocol
 from sr.service.settings import Settings
 from sr.weights import save_weights
 
@@ -125,7 +125,7 @@ def make_server(weights_dir: Path) -> Iterator[Callable[..., str]]:
         port = free_port()
         server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
                                                log_level="warning", lifespan="on",
-                                               http=header_timeout_protocol(settings.header_timeout_s)))
+                                               http=connection_protocol(settings)))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         running.append((server, thread))

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import DEFAULT_MAX_HEADER_COUNT, DEFAULT_MAX_HEADER_SIZE
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -131,11 +133,32 @@ async def answer_domain_error(request: Request, exc: Exception) -> Response:
                                                                headers=answer.headers))
 
 
+def _multipart_header_error(exc: BaseException) -> str | None:
+    """The form parser's refusal of a part's header line behind ``exc`` (Starlette's "Invalid
+    multipart data."), e.g. a 10 KB file name, in words; None for any other error."""
+    seen: BaseException | None = exc
+    for _ in range(4):  # HTTPException <- MultiPartException <- MultipartParseError
+        seen = seen.__cause__ or seen.__context__ if seen is not None else None
+        if seen is None:
+            return None
+        if isinstance(seen, MultipartParseError) and "header size" in str(seen):
+            return (f"file name too long: a form part's header line (its file name included) may be at "
+                    f"most {DEFAULT_MAX_HEADER_SIZE} bytes, the form parser's limit; send a file name of "
+                    f"under {DEFAULT_MAX_HEADER_SIZE - 200} bytes")
+        if isinstance(seen, MultipartParseError) and "header count" in str(seen):
+            return (f"a form part has over {DEFAULT_MAX_HEADER_COUNT} header lines, the form parser's "
+                    "limit")
+    return None
+
+
 async def answer_http_exception(request: Request, exc: Exception) -> Response:
     """FastAPI's own answer to an HTTPException, except for the generic 400 it makes of an error
-    of body parsing caused by a :class:`~sr.service.limits.BodyError`: that one's answer instead."""
+    of body parsing caused by a :class:`~sr.service.limits.BodyError` (that one's answer instead)
+    or by a form part's header over the parser's limits (the limit, in words)."""
     if isinstance(exc.__cause__, BodyError):
         return await answer_domain_error(request, exc.__cause__)
+    if (part := _multipart_header_error(exc)) is not None:
+        return await http_exception_handler(request, HTTPException(400, detail=part))
     if not isinstance(exc, StarletteHTTPException):  # registered only for HTTPException
         raise exc
     return await http_exception_handler(request, exc)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import secrets
+
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from ..deps import ServiceDep
@@ -11,13 +13,20 @@ from .responses import ERRORS
 router = APIRouter(tags=["ops"])
 
 
-@router.get("/healthz", summary="Liveness: the process answers")
-async def healthz(service: ServiceDep) -> dict[str, object]:
+@router.get("/healthz", summary="Liveness: the process answers (the decoder sandbox's counters: with "
+                                "the API key, when the server has one)")
+async def healthz(request: Request, service: ServiceDep) -> dict[str, object]:
     # async: answered on the event loop, never waiting for a thread that uploads or sync
     # endpoints may all hold (a liveness probe must not be starved, issue 54 row D).
-    return {"status": "ok", "model_state": service.hub.state, "jobs": service.pool.stats(),
-            "uploads": service.admission.stats(),
-            "sandbox": {"intake": service.intake.stats(), "decoder": dict(service.decoder.stats)}}
+    report: dict[str, object] = {"status": "ok", "model_state": service.hub.state,
+                                 "jobs": service.pool.stats(), "uploads": service.admission.stats()}
+    # The decoders' kill and CPU counters tell an attacker which file hurt (issue 72): with a key
+    # configured, only a caller who has it sees them. /healthz itself stays open, for probes.
+    key = service.settings.api_key
+    given = next((v for k, v in request.headers.raw if k == b"x-api-key"), b"")
+    if key is None or secrets.compare_digest(given, key.encode()):
+        report["sandbox"] = {"intake": service.intake.stats(), "decoder": dict(service.decoder.stats)}
+    return report
 
 
 @router.get("/readyz", summary="Readiness: the model is loaded (503 until then)",
