@@ -3,9 +3,10 @@
 :func:`read_image` turns a file, bytes or binary stream into a :class:`DecodedImage`: float32 colour in
 [0, 1] (one channel for gray sources, three for colour), alpha split off, EXIF orientation applied, the
 ICC profile kept, 16-bit sources kept at full precision. Anything it cannot take (empty, truncated,
-corrupt, not an image, animated, too many pixels) raises one :class:`ImageError` subclass with a clear
-message. :func:`encode_image` / :func:`write_image` go the other way: PNG (16-bit when the source
-was), JPEG or WebP, alpha recombined, ICC profile written back, files replaced atomically.
+corrupt, not an image, animated, too many pixels, a format the caller does not accept) raises one
+:class:`ImageError` subclass with a clear message. :func:`encode_image` / :func:`write_image` go the
+other way: PNG (16-bit when the source was), JPEG or WebP, alpha recombined, ICC profile written
+back, files replaced atomically.
 
 :data:`FORMATS` is the one table of image formats (suffixes, Pillow names, MIME types, readable or
 writable) that the CLI, evaluation, training and the service read; :func:`atomic_write` is the one way
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
         ImageError,
         ImageTooLargeError,
         ImageWriteError,
+        UnsupportedFormatError,
         UnsupportedModeError,
     )
     from .formats import (
@@ -49,7 +51,9 @@ if TYPE_CHECKING:
         read_formats,
         read_suffixes,
         signatures,
+        sniff,
         suffix_for,
+        upload_formats,
         writable_format_for,
     )
     from .guards import (
@@ -81,6 +85,7 @@ __all__ = [
     "ImageFormat",
     "ImageTooLargeError",
     "ImageWriteError",
+    "UnsupportedFormatError",
     "UnsupportedModeError",
     "atomic_write",
     "check_decode_cost",
@@ -100,8 +105,10 @@ __all__ = [
     "read_suffixes",
     "looks_like_image",
     "signatures",
+    "sniff",
     "suffix_for",
     "to_float",
+    "upload_formats",
     "writable_format_for",
     "write_image",
 ]
@@ -127,6 +134,7 @@ _HOME = {
     "MAX_PNG_METADATA": "guards",
     "PNG_COMPRESS_LEVEL": "png16",
     "SAMPLE_TYPES": "image",
+    "UnsupportedFormatError": "errors",
     "UnsupportedModeError": "errors",
     "atomic_write": "atomic",
     "check_decode_cost": "guards",
@@ -145,6 +153,8 @@ _HOME = {
     "read_size": "decode",
     "read_suffixes": "formats",
     "signatures": "formats",
+    "sniff": "formats",
+    "upload_formats": "formats",
     "looks_like_image": "formats",
     "suffix_for": "formats",
     "to_float": "image",

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import struct
 import sys
 import threading
 import warnings
 import zlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -26,14 +27,20 @@ from .errors import (
     ImageDecodeError,
     ImageError,
     ImageTooLargeError,
+    UnsupportedFormatError,
     UnsupportedModeError,
 )
-from .formats import read_formats
+from .formats import read_formats, sniff
 from .guards import DEFAULT_MAX_PIXELS, MAX_PNG_CHUNK, check_decode_cost
 from .image import DecodedImage
+from .tiff import sample_layout
 
-# Pillow's decoders signal bad data with assorted exception types.
-_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError, KeyError)
+# Pillow's decoders signal bad data with assorted exception types; TypeError too (a TIFF directory
+# without a size: "Missing dimensions"; an XMP tag that holds a number).
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError, KeyError,
+                  TypeError)
+# Pillow's decompression-bomb messages carry the pixel count: "Image size (N pixels) exceeds ...".
+_BOMB_PIXELS = re.compile(r"\((\d+) pixels\)")
 
 
 class _PillowSettings:
@@ -78,20 +85,22 @@ quiet_pillow = _PillowSettings()
 
 
 def read_image(
-    source: str | Path | bytes | BinaryIO, max_pixels: int | None = DEFAULT_MAX_PIXELS
+    source: str | Path | bytes | BinaryIO, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    formats: Collection[str] | None = None,
 ) -> DecodedImage:
     """Decode a path, bytes or binary stream. Raises an :class:`ImageError` subclass on bad input.
 
     ``max_pixels`` (None: no limit of ours) is checked on the header, before any pixel is decoded.
     Pillow's own limit (``PIL.Image.MAX_IMAGE_PIXELS``) applies too: the effective limit is the
-    smaller of the two.
+    smaller of the two. ``formats``: the Pillow names accepted (None: every readable format; the
+    service passes :func:`~sr.io.upload_formats`); a file of another format sr.io knows raises
+    :class:`UnsupportedFormatError` before any parsing.
     """
     data, path = _read_source(source)
-    if not data:
-        raise ImageDecodeError("empty file (0 bytes)", path)
+    names = _accepted(data, path, formats)
     check_decode_cost(data, path)
-    with quiet_pillow(), _decoding(path):
-        return _decode(data, path, max_pixels)
+    with quiet_pillow(), _decoding(path, data, max_pixels, names):
+        return _decode(data, path, max_pixels, names)
 
 
 def read_array(path: str | Path, rgb: bool = False) -> np.ndarray:
@@ -107,33 +116,49 @@ def read_array(path: str | Path, rgb: bool = False) -> np.ndarray:
 
 
 def read_size(
-    source: str | Path | bytes | BinaryIO, max_pixels: int | None = DEFAULT_MAX_PIXELS
+    source: str | Path | bytes | BinaryIO, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    formats: Collection[str] | None = None,
 ) -> tuple[int, int]:
     """(width, height) as :func:`read_image` would return it (EXIF orientation applied), from the
     header only: no pixel is decoded. Raises what :func:`read_image` raises for a bad header."""
     data, path = _read_source(source)
-    if not data:
-        raise ImageDecodeError("empty file (0 bytes)", path)
+    names = _accepted(data, path, formats)
     check_decode_cost(data, path)
-    with quiet_pillow(), _decoding(path):
-        im = _open(data)
+    with quiet_pillow(), _decoding(path, data, max_pixels, names):
+        im = _open(data, names)
         _check_pixels(*im.size, max_pixels, path)
         w, h = im.size
         return (h, w) if _orientation(im, header_only=True) in (5, 6, 7, 8) else (w, h)
 
 
+def _accepted(data: bytes, path: str | None, formats: Collection[str] | None) -> tuple[str, ...]:
+    """The Pillow names to open ``data`` with; raises for an empty file, and for one of a format
+    sr.io reads but ``formats`` leaves out (before any parsing: PNM's header is costly to parse)."""
+    if not data:
+        raise ImageDecodeError("empty file (0 bytes)", path)
+    names = read_formats() if formats is None else tuple(f for f in read_formats() if f in formats)
+    row = sniff(data)
+    if row is not None and row.pil_name not in names:
+        raise UnsupportedFormatError(
+            f"{row.pil_name} images are not accepted here (accepted: {', '.join(names)})", path, row.pil_name)
+    return names
+
+
 @contextmanager
-def _decoding(path: str | None) -> Iterator[None]:
+def _decoding(path: str | None, data: bytes, max_pixels: int | None,
+              names: tuple[str, ...]) -> Iterator[None]:
     """Pillow's assorted exceptions -> one ImageError subclass with a message for the user."""
     try:
         yield
     except ImageError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise ImageTooLargeError(f"too many pixels ({e})", path) from e
+        raise _too_many_pixels(e, max_pixels, path) from e
     except UnidentifiedImageError as e:
-        names = ", ".join(read_formats())
-        raise ImageDecodeError(f"not an image, or not a supported format ({names})", path) from e
+        layout = _unreadable_tiff_layout(data)
+        if layout is not None:  # a valid TIFF whose samples Pillow has no mode for (e.g. RGB float)
+            raise UnsupportedModeError(layout, path) from e
+        raise ImageDecodeError(f"not an image, or not a supported format ({', '.join(names)})", path) from e
     except MemoryError as e:
         raise ImageTooLargeError("not enough memory to decode this image", path) from e
     except _DECODE_ERRORS as e:
@@ -143,6 +168,36 @@ def _decoding(path: str | None) -> Iterator[None]:
                 f"a metadata chunk (ICC profile or text) decompresses to over {limit} MiB", path
             ) from e
         raise ImageDecodeError(f"truncated or corrupt image data ({e})", path) from e
+
+
+def _unreadable_tiff_layout(data: bytes) -> str | None:
+    """The samples of a TIFF that Pillow's TIFF reader refuses for want of a pixel mode (Image.open
+    says only "cannot identify"; the reader itself says "unknown pixel mode"), in words; else None."""
+    row = sniff(data)
+    if row is None or row.pil_name != "TIFF":
+        return None
+    from PIL import TiffImagePlugin
+
+    try:
+        TiffImagePlugin.TiffImageFile(io.BytesIO(data))
+    except SyntaxError as e:
+        return sample_layout(data) if str(e) == "unknown pixel mode" else None
+    except Exception:  # noqa: BLE001 - any other failure: the file is not refused for its mode
+        return None
+    return None
+
+
+def _too_many_pixels(e: Exception, max_pixels: int | None, path: str | None) -> ImageTooLargeError:
+    """Pillow's decompression-bomb refusal (it comes before our own check, from its header read) in
+    our words: the pixels against ``max_pixels``, the limit the caller set, when there is one."""
+    found = _BOMB_PIXELS.search(str(e))
+    if found is None:
+        return ImageTooLargeError(f"too many pixels ({e})", path)
+    pixels = int(found.group(1))
+    if max_pixels is not None and pixels > max_pixels:
+        return ImageTooLargeError(f"{pixels:,} pixels, over the limit of {max_pixels:,}", path)
+    limit = Image.MAX_IMAGE_PIXELS or 0
+    return ImageTooLargeError(f"{pixels:,} pixels, over Pillow's decompression-bomb limit of {limit:,}", path)
 
 
 def _check_pixels(w: int, h: int, max_pixels: int | None, path: str | None) -> None:
@@ -175,13 +230,13 @@ def _read_source(source: str | Path | bytes | BinaryIO) -> tuple[bytes, str | No
     return bytes(data), path
 
 
-def _open(data: bytes) -> Image.Image:
+def _open(data: bytes, names: tuple[str, ...]) -> Image.Image:
     Image.init()
-    return Image.open(io.BytesIO(data), formats=[f for f in read_formats() if f in Image.OPEN])
+    return Image.open(io.BytesIO(data), formats=[f for f in names if f in Image.OPEN])
 
 
-def _decode(data: bytes, path: str | None, max_pixels: int | None) -> DecodedImage:
-    im = _open(data)
+def _decode(data: bytes, path: str | None, max_pixels: int | None, names: tuple[str, ...]) -> DecodedImage:
+    im = _open(data, names)
     w, h = im.size
     _check_pixels(w, h, max_pixels, path)
     if w < 1 or h < 1:
@@ -259,7 +314,7 @@ def _decode_wide(im: Image.Image, data: bytes, raw: str) -> tuple[np.ndarray, np
         return ((b[..., 0] << 8) | b[..., 1])[..., None], (b[..., 2] << 8) | b[..., 3]
     _set_rawmode(im, raw)  # 16N -> explicit order, so the swap below is the opposite one
     im.load()
-    low = _open(data)
+    low = _open(data, (im.format,))
     _set_rawmode(low, _LOW_BYTE_RAWMODE[raw])
     low.load()
     v = (np.asarray(im).astype(np.uint16) << 8) | np.asarray(low)

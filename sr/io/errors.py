@@ -26,6 +26,15 @@ class UnsupportedModeError(ImageDecodeError):
         super().__init__(f"unsupported pixel mode {mode}", path)
 
 
+class UnsupportedFormatError(ImageDecodeError):
+    """A file of a format sr.io reads, from a caller that does not accept it (the service takes no
+    PNM); ``format`` is its Pillow name."""
+
+    def __init__(self, reason: str, path: str | os.PathLike | None = None, format: str | None = None) -> None:
+        self.format = format
+        super().__init__(reason, path)
+
+
 class AnimatedImageError(ImageError):
     """More than one frame (animated GIF/WebP/APNG, multi-page TIFF)."""
 

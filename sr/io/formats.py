@@ -6,12 +6,22 @@ is one row.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ImageEncodeError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# Every header Pillow's TIFF plugin opens (its PREFIXES): classic in both byte orders, the two with
+# the version bytes swapped (Pillow assumes the order of the first two bytes), and BigTIFF.
+TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II\x00*", b"MM*\x00", b"II+\x00", b"MM\x00+")
+# The ISO-BMFF major brands Pillow's AVIF plugin takes (it sorts out HEIC and the like itself).
+AVIF_BRANDS = (b"avif", b"avis", b"mif1", b"msf1")
+# Pillow's PNM plugin: "P" and one of 0-6, f, y accepted; it opens the magic numbers of its MODES,
+# read up to whitespace or 6 characters.
+_PNM_MAGIC = re.compile(rb"P[1-6f](?:[ \t\n\v\f\r]|$)|P0CMYK|PyP(?:[ \t\n\v\f\r]|$)|PyRGBA|PyCMYK")
 
 
 @dataclass(frozen=True)
@@ -22,7 +32,9 @@ class ImageFormat:
     upscale -f``, the service's ``format`` field; default ``name``). ``suffixes[0]`` is the one written.
     ``readable`` formats are on :func:`read_image`'s allow-list, ``writable`` ones can be encoded;
     ``listed`` suffixes are picked up by evaluation/training folder listings; ``signatures`` are how
-    the file begins (the service tells corrupt files from non-images by them).
+    the file begins (the service tells corrupt files from non-images by them; :func:`sniff` adds
+    the formats whose magic number is no fixed prefix). ``upload``: accepted from uploads by the
+    service (:func:`upload_formats`); the others are read from local files only.
     """
 
     name: str
@@ -36,6 +48,7 @@ class ImageFormat:
     max_side: int | None = None  # format limit on width and height (writable formats)
     pil_aliases: tuple[str, ...] = ()  # other names Pillow reports for it (MPO: multi-picture JPEG)
     signatures: tuple[bytes, ...] = ()
+    upload: bool = True
 
     @property
     def user_name(self) -> str:
@@ -44,7 +57,10 @@ class ImageFormat:
 
 # Formats read_image accepts (in this order). An allow-list keeps Pillow away from plugins that shell
 # out (EPS) or that nobody feeds to an upscaler; GIF is included so animated GIFs get their own clear
-# error. GIF, PPM and AVIF are not picked up by dataset listings.
+# error. GIF, PPM and AVIF are not picked up by dataset listings. The service takes the formats people
+# upload and leaves PNM to local files (issue 72): Pillow's PNM reader steps through its header
+# one byte at a time in Python and strips each comment of plain PNM pixel data by copying its buffer
+# (10 M comments in 19 MB held a worker 61 s), for a format no browser or camera writes.
 FORMATS: dict[str, ImageFormat] = {f.name: f for f in (
     ImageFormat("png", "PNG", (".png",), "image/png", writable=True, max_side=2**31 - 1,
                 signatures=(PNG_MAGIC,)),
@@ -52,10 +68,10 @@ FORMATS: dict[str, ImageFormat] = {f.name: f for f in (
                 max_side=65_535, pil_aliases=("MPO",), signatures=(b"\xff\xd8\xff",)),
     ImageFormat("webp", "WEBP", (".webp",), "image/webp", writable=True, max_side=16_383),
     ImageFormat("bmp", "BMP", (".bmp",), "image/bmp", signatures=(b"BM",)),
-    ImageFormat("tiff", "TIFF", (".tif", ".tiff"), "image/tiff", signatures=(b"II*\x00", b"MM\x00*")),
+    ImageFormat("tiff", "TIFF", (".tif", ".tiff"), "image/tiff", signatures=TIFF_MAGIC),
     ImageFormat("gif", "GIF", (".gif",), "image/gif", listed=False, signatures=(b"GIF87a", b"GIF89a")),
     ImageFormat("ppm", "PPM", (".ppm", ".pgm", ".pbm", ".pnm"), "image/x-portable-pixmap", listed=False,
-                signatures=tuple(b"P%d" % i for i in range(1, 7))),
+                upload=False),
     ImageFormat("avif", "AVIF", (".avif",), "image/avif", listed=False),
 )}
 
@@ -63,6 +79,11 @@ FORMATS: dict[str, ImageFormat] = {f.name: f for f in (
 def read_formats() -> tuple[str, ...]:
     """Pillow names of the formats :func:`read_image` accepts."""
     return tuple(f.pil_name for f in FORMATS.values() if f.readable)
+
+
+def upload_formats() -> tuple[str, ...]:
+    """Pillow names of the formats the service accepts from uploads (PNM is for local files only)."""
+    return tuple(f.pil_name for f in FORMATS.values() if f.readable and f.upload)
 
 
 def output_formats() -> tuple[str, ...]:
@@ -86,19 +107,33 @@ def listed_suffixes() -> frozenset[str]:
 
 
 def signatures() -> tuple[bytes, ...]:
-    """How files of the readable formats begin."""
+    """The fixed prefixes files of the readable formats begin with (:func:`sniff` also knows WebP,
+    AVIF and PNM, whose magic numbers are no fixed prefix)."""
     return tuple(sig for f in FORMATS.values() if f.readable for sig in f.signatures)
 
 
-def looks_like_image(data: bytes) -> bool:
-    """Whether ``data`` starts like one of the formats read here: a file that does but fails to
-    decode is damaged, anything else is not an image we read (the service's 400 vs 415)."""
+def sniff(data: bytes) -> ImageFormat | None:
+    """The readable format whose Pillow plugin would take ``data``, from its first bytes (every
+    magic number Pillow accepts for it), or None."""
     head = data[:16]
-    if head.startswith(signatures()):
-        return True
+    for f in FORMATS.values():
+        if f.readable and f.signatures and head.startswith(f.signatures):
+            return f
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return True
-    return head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis")
+        return FORMATS["webp"]
+    if head[4:8] == b"ftyp" and head[8:12] in AVIF_BRANDS:
+        return FORMATS["avif"]
+    if _PNM_MAGIC.match(head):
+        return FORMATS["ppm"]
+    return None
+
+
+def looks_like_image(data: bytes, formats: Collection[str] | None = None) -> bool:
+    """Whether ``data`` starts like one of the formats read here (of ``formats``, Pillow names, when
+    given): a file that does but fails to decode is damaged, anything else is not an image we read
+    (the service's 400 vs 415)."""
+    row = sniff(data)
+    return row is not None and (formats is None or row.pil_name in formats)
 
 
 def format_for(key: str) -> ImageFormat | None:

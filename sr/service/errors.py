@@ -9,7 +9,7 @@ domain raises besides these are its libraries' own: :class:`sr.io.ImageError` an
 
 from __future__ import annotations
 
-from sr.io import ImageDecodeError, UnsupportedModeError, looks_like_image
+from sr.io import ImageDecodeError, UnsupportedFormatError, UnsupportedModeError, looks_like_image
 
 
 class InvalidRequestError(ValueError):
@@ -40,8 +40,9 @@ class CorruptImageError(ImageDecodeError):
 def upload_error(exc: ImageDecodeError, data: bytes) -> ImageDecodeError:
     """The upload's decode failure as the client should hear it: :class:`CorruptImageError` when
     ``data`` starts like a format sr.io reads (Pillow gives up on a damaged header as "not an
-    image": that says corrupt), else ``exc`` itself (not an image we read)."""
-    if isinstance(exc, UnsupportedModeError) or not looks_like_image(data):
+    image": that says corrupt), else ``exc`` itself (not an image we read, or a format the service
+    does not take)."""
+    if isinstance(exc, (UnsupportedModeError, UnsupportedFormatError)) or not looks_like_image(data):
         return exc
     reason = "its header is damaged" if exc.reason.startswith("not an image") else exc.reason
     return CorruptImageError(reason)

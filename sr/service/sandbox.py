@@ -11,7 +11,9 @@ costs at most its limits. Each :class:`Sandbox` keeps a few child processes, eac
 - a wall-clock deadline kept by the parent (a child that sleeps, or waits for CPU on a busy machine,
   is killed at ``wall_s``).
 
-A child that dies or is killed is replaced; the job gets a :class:`SandboxLimitError` (-> 422).
+A child that dies or is killed is replaced; the job gets a :class:`SandboxLimitError` (-> 422). Any
+exception the decoder raises is the file's, answered as a typed decode error by a child that
+lives on: only its limits (or a crash) end a child.
 
 Messages are typed (:mod:`sr.service.sandbox_protocol`: a :class:`JobMessage` one way; a
 :class:`ProbeReply`, :class:`PngReply`, :class:`ImageReply` or :class:`ErrorReply` the other, in a
@@ -318,8 +320,6 @@ def _exit_code(child: _Child) -> int | None:
 def limit_error(kind: str, value: float | int | None) -> Exception:
     """The refusal of a decode that hit a limit: ``kind`` "time" / "cpu" (the limit, in s), or "crash"
     (the exit status, None when it could not be read)."""
-    from sr.io import DecodeLimitError
-
     # only the kind's own sentence is formatted: a crash may have no exit status to read (None)
     if kind == "time":
         return SandboxLimitError(f"decoding took over {value:g} s of wall-clock time (the decoder's limit); "
@@ -327,15 +327,18 @@ def limit_error(kind: str, value: float | int | None) -> Exception:
     if kind == "cpu":
         return SandboxLimitError(f"decoding used over {value:g} s of CPU (the decoder's limit); "
                                  "the decoder was stopped")
+    # A child answers every exception it catches; one that dies anyway was killed (out of memory,
+    # a signal) while decoding: refused by the decoder's limits, not "before decoding".
     status = "no exit status" if value is None else f"exit status {value}"
-    return DecodeLimitError(f"the decoder process failed on this file ({status})")
+    return SandboxLimitError(f"the decoder process failed on this file ({status})")
 
 
 def _sandbox_limit_error_type() -> type:
     from sr.io import DecodeLimitError
 
     class _SandboxLimitError(DecodeLimitError):
-        """A decode that ran out of its CPU or wall-clock allowance (-> 422)."""
+        """A decode that ran out of its CPU, wall-clock or memory allowance, or whose child died
+        while decoding (-> 422)."""
 
     _SandboxLimitError.__name__ = _SandboxLimitError.__qualname__ = "SandboxLimitError"
     return _SandboxLimitError
@@ -432,26 +435,43 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+# The formats the service accepts from uploads: decided here, in the child, so no caller can widen it.
+UPLOAD_FORMATS = sio.upload_formats()
+# An unexpected exception's message is cut to this many characters: it travels in a datagram.
+MAX_REASON = 300
+
+
 def _serve_one(job: JobMessage, data: bytes) -> tuple[Result, list[int]]:
+    """The job's result, or its refusal as an :class:`ErrorReply`: whatever the decoder raises, the
+    child answers and lives on (issue 72: a TypeError from Pillow killed it, cost a restart and was
+    answered "refused before decoding"); only its limits end it."""
     try:
-        if job.op is Op.PROBE:
-            w, h = sio.read_size(data, job.max_pixels)
-            orientation = late_exif_orientation(data)
-            if orientation in (5, 6, 7, 8) and (w, h) == stored_size(data):
-                w, h = h, w  # the decoder will turn it (an eXIf chunk after the pixel data)
-            return ProbeReply(w, h, orientation or 1), []
-        img = sio.read_image(data, max_pixels=job.max_pixels)
-        if job.op is Op.PREVIEW:
-            body = sio.encode_image(dataclasses.replace(img, bit_depth=8), format="png")
-            del img
-            fd = os.memfd_create("sr-png", os.MFD_CLOEXEC)
-            os.write(fd, body) if len(body) < 2**20 else _write_all(fd, body)
-            return PngReply(len(body)), [fd]
-        return _image_reply(img)
+        return _serve(job, data)
     except sio.ImageError as e:
         return ErrorReply.of(e), []
     except MemoryError:
         return ErrorReply(ErrorKind.TOO_LARGE, "not enough memory to decode this image"), []
+    except Exception as e:  # noqa: BLE001 - any decoder failure is the file's: answered, not fatal
+        what = f"{type(e).__name__}: {e}"
+        print(f"sr decoder: {job.op.value} failed: {what[:MAX_REASON]}", file=sys.stderr, flush=True)
+        return ErrorReply(ErrorKind.DECODE, f"the decoder failed on this file ({what[:MAX_REASON]})"), []
+
+
+def _serve(job: JobMessage, data: bytes) -> tuple[Result, list[int]]:
+    if job.op is Op.PROBE:
+        w, h = sio.read_size(data, job.max_pixels, formats=UPLOAD_FORMATS)
+        orientation = late_exif_orientation(data)
+        if orientation in (5, 6, 7, 8) and (w, h) == stored_size(data):
+            w, h = h, w  # the decoder will turn it (an eXIf chunk after the pixel data)
+        return ProbeReply(w, h, orientation or 1), []
+    img = sio.read_image(data, max_pixels=job.max_pixels, formats=UPLOAD_FORMATS)
+    if job.op is Op.PREVIEW:
+        body = sio.encode_image(dataclasses.replace(img, bit_depth=8), format="png")
+        del img
+        fd = os.memfd_create("sr-png", os.MFD_CLOEXEC)
+        os.write(fd, body) if len(body) < 2**20 else _write_all(fd, body)
+        return PngReply(len(body)), [fd]
+    return _image_reply(img)
 
 
 def _image_reply(img: sio.DecodedImage) -> tuple[ImageReply, list[int]]:

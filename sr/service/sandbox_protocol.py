@@ -45,6 +45,7 @@ class ErrorKind(enum.Enum):
     IMAGE = "image"
     DECODE = "decode"
     UNSUPPORTED_MODE = "unsupported-mode"
+    UNSUPPORTED_FORMAT = "unsupported-format"
     ANIMATED = "animated"
     TOO_LARGE = "too-large"
     DECODE_LIMIT = "decode-limit"
@@ -56,6 +57,7 @@ ERROR_CLASSES: dict[ErrorKind, type[sio.ImageError]] = {
     ErrorKind.IMAGE: sio.ImageError,
     ErrorKind.DECODE: sio.ImageDecodeError,
     ErrorKind.UNSUPPORTED_MODE: sio.UnsupportedModeError,
+    ErrorKind.UNSUPPORTED_FORMAT: sio.UnsupportedFormatError,
     ErrorKind.ANIMATED: sio.AnimatedImageError,
     ErrorKind.TOO_LARGE: sio.ImageTooLargeError,
     ErrorKind.DECODE_LIMIT: sio.DecodeLimitError,
@@ -95,17 +97,21 @@ class ErrorReply:
     kind: ErrorKind
     reason: str
     mode: str | None = None   # UnsupportedModeError's
+    format: str | None = None  # UnsupportedFormatError's
 
     @classmethod
     def of(cls, error: sio.ImageError) -> ErrorReply:
-        """The record of ``error``: its class's kind (the nearest one in the table), reason and mode."""
+        """The record of ``error``: its class's kind (the nearest one in the table), reason, mode
+        and format."""
         kind = next(_ERROR_KINDS[c] for c in type(error).__mro__ if c in _ERROR_KINDS)
-        return cls(kind, error.reason, getattr(error, "mode", None))
+        return cls(kind, error.reason, getattr(error, "mode", None), getattr(error, "format", None))
 
     def error(self) -> sio.ImageError:
         cls = ERROR_CLASSES[self.kind]
         if cls is sio.UnsupportedModeError:
             return sio.UnsupportedModeError(self.mode or "?", None)
+        if cls is sio.UnsupportedFormatError:
+            return sio.UnsupportedFormatError(self.reason, None, self.format)
         return cls(self.reason, None)
 
 

@@ -125,12 +125,12 @@ def test_a_childs_image_error_comes_back_as_its_own_class() -> None:
 
 
 def test_a_crash_without_an_exit_status_is_still_a_decode_refusal() -> None:
-    # a child that dies before its exit status can be read: the refusal, not a formatting error (500)
-    from sr.io import DecodeLimitError
+    # a child that dies before its exit status can be read: the refusal, not a formatting error (500);
+    # a refusal by the decoder's limits ("image refused"), not one "before decoding" (issue 72)
     from sr.service.sandbox import SandboxLimitError, limit_error
 
     crash = limit_error("crash", None)
-    assert isinstance(crash, DecodeLimitError) and not isinstance(crash, SandboxLimitError)
+    assert isinstance(crash, SandboxLimitError)
     assert str(crash) == "the decoder process failed on this file (no exit status)"
     assert str(limit_error("crash", -9)) == "the decoder process failed on this file (exit status -9)"
     timeout = limit_error("time", 2.5)
@@ -138,3 +138,51 @@ def test_a_crash_without_an_exit_status_is_still_a_decode_refusal() -> None:
     assert str(timeout) == ("decoding took over 2.5 s of wall-clock time (the decoder's limit); "
                             "the decoder was stopped")
     assert str(limit_error("cpu", 1)).startswith("decoding used over 1 s of CPU")
+
+
+def _xmp_number_tiff() -> bytes:
+    """A 4x4 gray TIFF whose XMP tag (700) holds a number: Pillow raises TypeError loading it."""
+    entries = [(256, 4, 4), (257, 4, 4), (258, 3, 8), (262, 3, 1), (273, 4, 8 + 2 + 12 * 7 + 4),
+               (279, 4, 16), (700, 3, 7)]
+    return b"II*\x00" + struct.pack("<IH", 8, len(entries)) + b"".join(
+        struct.pack("<HHII", tag, kind, 1, value) for tag, kind, value in entries) + bytes(4) + bytes(16)
+
+
+def test_any_exception_is_answered_by_a_child_that_lives_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 72, hole 3: a TypeError from Pillow killed the child (a restart, 0.25 s of CPU, a
+    # traceback) and was answered "refused before decoding".
+    from sr.service import sandbox as sandbox_module
+    from sr.service.sandbox_protocol import ErrorKind, ErrorReply, JobMessage, Op
+
+    box = Sandbox(1, Limits(memory_bytes=384 * 2**20, cpu_s=30, wall_s=60))
+    try:
+        box.start()
+        box.wait_ready()
+        assert box.probe(_xmp_number_tiff()).width == 4
+        with pytest.raises(ImageDecodeError, match="expected string or bytes-like object") as caught:
+            box.decode(_xmp_number_tiff())
+        assert not isinstance(caught.value, SandboxLimitError)
+        assert box.decode(_png(8, 8)).width == 8
+        assert (box.stats["killed"], box.stats["started"], box.stats["jobs"]) == (0, 1, 3)
+    finally:
+        box.close()
+
+    # Whatever else escapes sr.io (a bug of ours, a decoder's own exception): a typed decode error.
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(sandbox_module.sio, "read_size", broken)
+    result, fds = sandbox_module._serve_one(JobMessage(Op.PROBE, 8, None, 1.0), b"whatever")
+    assert fds == [] and result == ErrorReply(ErrorKind.DECODE,
+                                              "the decoder failed on this file (RuntimeError: boom)")
+
+
+def test_the_child_takes_only_the_upload_formats(sandbox: Sandbox) -> None:
+    from sr.io import UnsupportedFormatError
+
+    pnm = b"P1\n8 8\n" + b"#\n" * 100_000 + b"01" * 32  # a comment bomb, refused as a format
+    refusal = r"^PPM images are not accepted here \(accepted: PNG,"
+    for op in (sandbox.probe, sandbox.decode, sandbox.preview):
+        with pytest.raises(UnsupportedFormatError, match=refusal) as caught:
+            op(pnm)
+        assert caught.value.format == "PPM"
