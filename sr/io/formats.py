@@ -17,8 +17,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # Every header Pillow's TIFF plugin opens (its PREFIXES): classic in both byte orders, the two with
 # the version bytes swapped (Pillow assumes the order of the first two bytes), and BigTIFF.
 TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II\x00*", b"MM*\x00", b"II+\x00", b"MM\x00+")
-# The ISO-BMFF major brands Pillow's AVIF plugin takes (it sorts out HEIC and the like itself).
-AVIF_BRANDS = (b"avif", b"avis", b"mif1", b"msf1")
+# The ISO-BMFF major brands that say AVIF. Pillow's AVIF plugin also tries the generic HEIF brands
+# mif1 and msf1, but a file with those is as likely HEIC: one that fails to decode is "not a
+# supported format" (415), not a damaged AVIF (400).
+AVIF_BRANDS = (b"avif", b"avis")
 # Pillow's PNM plugin: "P" and one of 0-6, f, y accepted; it opens the magic numbers of its MODES,
 # read up to whitespace or 6 characters.
 _PNM_MAGIC = re.compile(rb"P[1-6f](?:[ \t\n\v\f\r]|$)|P0CMYK|PyP(?:[ \t\n\v\f\r]|$)|PyRGBA|PyCMYK")

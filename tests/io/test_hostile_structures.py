@@ -303,3 +303,16 @@ def test_over_pillows_own_bomb_limit_the_callers_limit_is_quoted() -> None:
         with pytest.raises(ImageTooLargeError) as caught:
             read(header + chunk(b"IEND", b""), max_pixels=16 * 2**20)
         assert str(caught.value) == "180,000,000 pixels, over the limit of 16,777,216"
+
+
+def test_sniff_claims_only_what_pillow_would_open_as_that_format() -> None:
+    from sr.io import looks_like_image
+
+    assert sniff(b"\x00\x00\x00\x1cftypavif" + bytes(8)).name == "avif"
+    # HEIC and other HEIF files: Pillow's AVIF plugin tries the generic brands, but a failure to
+    # decode one is "not a supported format" (415), not a damaged image (400).
+    for brand in (b"heic", b"mif1", b"msf1"):
+        assert not looks_like_image(b"\x00\x00\x00\x1cftyp" + brand + bytes(8))
+    assert sniff(b"P6\n8 8\n255\n").name == "ppm" and sniff(b"P0CMYK 8 8").name == "ppm"
+    assert sniff(b"Python is not a PNM") is None and sniff(b"P7\nWIDTH 8") is None  # PAM: not Pillow's
+    assert not looks_like_image(b"P6\n8 8\n255\n", formats=upload_formats())
