@@ -173,7 +173,8 @@ def _check_png(data: bytes, path: str | None) -> None:
         if tag == b"IEND":
             break
         if tag in (b"acTL", b"fcTL"):  # an animation: frames declared, or frame controls counted
-            frames = struct.unpack_from(">I", body)[0] if tag == b"acTL" else fctl + 1
+            # (a short acTL must not end the walk with an exception: the chunks after it still count)
+            frames = int.from_bytes(body[:4], "big") if tag == b"acTL" else fctl + 1
             fctl += tag == b"fcTL"
             if frames > 1:
                 raise AnimatedImageError(
@@ -238,7 +239,8 @@ def _check_gif(data: bytes, path: str | None) -> None:
     Pillow does, one at a time), sub-blocks are followed to their terminator."""
     pos = 13 + ((3 << ((data[10] & 7) + 1)) if data[10] & 0x80 else 0)  # header, screen, global colours
     frames = junk = blocks = 0
-    while pos < len(data) and data[pos] != 0x3B:  # up to the trailer
+    # A descriptor cut short ends the walk with the frames counted so far (Pillow stops there too).
+    while pos + 10 < len(data) and data[pos] != 0x3B:  # up to the trailer
         kind = data[pos]
         if kind == 0x2C:  # image descriptor: 9 bytes, local colour table, LZW code size, sub-blocks
             frames += 1

@@ -316,3 +316,18 @@ def test_sniff_claims_only_what_pillow_would_open_as_that_format() -> None:
     assert sniff(b"P6\n8 8\n255\n").name == "ppm" and sniff(b"P0CMYK 8 8").name == "ppm"
     assert sniff(b"Python is not a PNM") is None and sniff(b"P7\nWIDTH 8") is None  # PAM: not Pillow's
     assert not looks_like_image(b"P6\n8 8\n255\n", formats=upload_formats())
+
+
+def test_a_short_or_cut_structure_does_not_end_the_count_early() -> None:
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+    png = save(Image.new("RGB", (4, 4)), "PNG")
+    iccp = chunk(b"iCCP", b"icc\x00\x00" + zlib.compress(b"profile"))
+    with pytest.raises(DecodeLimitError, match="more than one ICC profile"):  # past an empty acTL
+        check_decode_cost(png[:33] + chunk(b"acTL", b"") + iccp * 2 + png[33:])
+    first, *rest = frames(4)
+    gif = save(first, "GIF", save_all=True, append_images=rest)
+    last = gif.rindex(b"\x2c\x00\x00\x00\x00")  # the fourth image descriptor, cut in the middle
+    with pytest.raises(AnimatedImageError, match="GIF image with 3 frames"):
+        check_decode_cost(gif[: last + 5])
