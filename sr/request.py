@@ -12,7 +12,8 @@ import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import AUTO_MODEL, DEFAULT_MODEL, NATURAL_MODEL, PHOTO_MODEL
+from . import DEFAULT_MODEL, NATURAL_MODEL, PHOTO_MODEL
+from .families import DENOISE_MODELS, LOOK_MODELS, takes_denoise, takes_look
 
 __all__ = [
     "ALPHA_MODES",
@@ -29,6 +30,7 @@ __all__ = [
     "UpscaleRequest",
     "parse_denoise",
     "parse_look",
+    "parse_tile",
     "same_format",
     "takes_denoise",
     "takes_look",
@@ -42,13 +44,11 @@ ALPHA_MODES = ("bicubic", "model")
 DEFAULT_TILE_OVERLAP = 16
 # The network's number types (sr.inference.precision says how auto chooses).
 PRECISIONS = ("auto", "fp32", "bf16")
-# Models that take a denoise strength, and the strength when none is given (the photo model as trained).
-DENOISE_MODELS = (PHOTO_MODEL, AUTO_MODEL)
+# The strength when none is given (the photo model as trained); which models take one, and what they
+# are blended with, is sr.families' (DENOISE_MODELS, takes_denoise).
 DEFAULT_DENOISE = 1.0
-# Models that take a look L (photo's weights blended with NATURAL_MODEL's: 0 = photo as trained,
-# fidelity-first; 1 = NATURAL_MODEL), and the look when none is given. auto applies it to its lossy
-# (photo) side only.
-LOOK_MODELS = DENOISE_MODELS
+# The look when none is given (0: photo as trained, fidelity-first; 1: NATURAL_MODEL); which models take
+# one is sr.families' (LOOK_MODELS, takes_look): auto applies it to its lossy (photo) side only.
 DEFAULT_LOOK = 0.0
 # The engine's hard stop on output pixels (sr.inference.sizing refuses any plan over it). Defined
 # here, torch-free, because the caps below follow from it.
@@ -61,6 +61,27 @@ MAX_OUTPUT_PIXELS = 2**28
 # the output within it. ``scale`` (a model's factor: 2, 3 or 4) has the same cap.
 MAX_SIDE = MAX_OUTPUT_PIXELS
 MAX_OUTSCALE = math.isqrt(MAX_OUTPUT_PIXELS)
+
+
+def parse_tile(value: object) -> int | str:
+    """The one reading of a tile setting: "auto" (any case), or a size in input pixels as an int or
+    its text, with 0, "off" and "none" for no tiling (the whole image); ValueError otherwise."""
+    bad = f"tile must be 'auto', 0 (off) or a size in pixels, got {value!r}"
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return "auto"
+        if text in ("off", "none"):
+            return 0
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Integral, float)):
+        raise ValueError(bad)
+    try:
+        size = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(bad) from None
+    if size < 0 or (isinstance(value, float) and value != size):
+        raise ValueError(bad)
+    return size
 
 
 class RequestError(ValueError):
@@ -154,6 +175,7 @@ class UpscaleRequest:
     model: str = DEFAULT_MODEL
     denoise: float | None = None
     look: float | None = None
+    pre: str | None = None  # a 1x restoration model run before the upscaling one (a file; a service name)
     tta: bool = False
     alpha_mode: str = "bicubic"
     format: str = "png"
@@ -167,10 +189,12 @@ class UpscaleRequest:
         ``outscale``; the service's form fields are the field names), so that the CLI and the
         service refuse the same request with the same sentence."""
         if self.scale is not None and (
-            isinstance(self.scale, bool) or not isinstance(self.scale, numbers.Integral)
-            or not 1 <= self.scale <= MAX_OUTSCALE
+            isinstance(self.scale, bool) or not isinstance(self.scale, numbers.Integral) or self.scale < 1
         ):
-            raise RequestError("scale", f"{name('scale')} must be a positive integer up to {MAX_OUTSCALE}, "
+            raise RequestError("scale", f"{name('scale')} must be a positive integer, "
+                                        f"got {_shown(self.scale)}")
+        if self.scale is not None and self.scale > MAX_OUTSCALE:
+            raise RequestError("scale", f"{name('scale')} must be at most {MAX_OUTSCALE}, "
                                         f"got {_shown(self.scale)}")
         check_output_size(self.outscale, self.width, self.height, name)
         if not self._known_format():
@@ -220,21 +244,6 @@ class UpscaleRequest:
         if self.height is not None:
             return f"_h{self.height}"
         return f"_x{self.scale or model_scale}"
-
-
-def takes_denoise(model: object) -> bool:
-    """Whether ``model`` (a name given to the engine) accepts a denoise strength: auto, the photo
-    family and its full names (photo-x2); not weights files, which are blended with nothing."""
-    if not isinstance(model, str) or "/" in model or "\\" in model or model.endswith(".safetensors"):
-        return False
-    # photo or photo-x{2,3,4} (sr.descriptor.family_of's rule, which imports torch)
-    return model in (AUTO_MODEL, PHOTO_MODEL) or model in (f"{PHOTO_MODEL}-x{s}" for s in (2, 3, 4))
-
-
-def takes_look(model: object) -> bool:
-    """Whether ``model`` accepts a look: the models that take denoise (auto, photo, photo-x2); not
-    photo-natural itself, nor weights files."""
-    return takes_denoise(model)
 
 
 def same_format(source: str | None) -> str:

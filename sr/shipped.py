@@ -15,6 +15,13 @@ from pathlib import Path
 from . import AUTO_MODEL
 
 SCALES = (2, 3, 4)  # the scales a model family has files for (sr.descriptor.SCALES)
+# Files a model is read from: sr's own .safetensors, and other architectures' files (sr.external).
+MODEL_SUFFIXES = (".safetensors", ".pth", ".pt", ".ckpt")
+
+
+def is_model_path(path: str | Path) -> bool:
+    """Whether ``path`` names a model file by its suffix (it need not exist)."""
+    return Path(str(path)).suffix.lower() in MODEL_SUFFIXES
 
 
 def shipped_weights_dir() -> Path:
@@ -50,7 +57,7 @@ def model_files(
     answers. ``known`` lists the folder's models for that message (default: its files' stems)."""
     text = str(model)
     as_path = Path(text).expanduser()
-    if isinstance(model, Path) or text.endswith(".safetensors") or as_path.is_file():
+    if isinstance(model, Path) or is_model_path(text) or as_path.is_file():
         return as_path.stem, as_path
     if not text or "/" in text or "\\" in text:
         return f"unknown model {text!r}: not a weights file"

@@ -5,6 +5,9 @@ config (JSON), preset, scale, params, training data and steps, validation PSNR/S
 the architecture from that metadata and checks every tensor, so a mismatched or corrupt file gives
 one clear :class:`WeightsError`.
 
+Model files of other architectures (``.pth``/``.pt``/``.ckpt``, or a ``.safetensors`` without sr's
+metadata) are described and loaded through :mod:`sr.external` (spandrel), behind the same functions.
+
 Names become files here and only here: :func:`describe` / :func:`load_model` give one model's
 :class:`~sr.descriptor.ModelDescriptor`, :func:`find_models` a family's (one per scale) and
 :func:`catalog` every model of a folder. :func:`load_blend` interpolates two models of one
@@ -29,7 +32,7 @@ from safetensors.torch import save as safetensors_save
 from .descriptor import SCALES, ModelDescriptor
 from .io import atomic_write
 from .models import NetConfig, SRNet, count_params
-from .shipped import model_files
+from .shipped import is_model_path, model_files
 from .shipped import shipped_weights_dir as shipped_weights_dir  # torch-free (sr.shipped), kept here too
 from .shipped import weights_folder as weights_folder
 
@@ -100,7 +103,7 @@ def resolve_weights(name_or_path: str, weights_dir: str | Path | None = None) ->
     """A path to a .safetensors file, or the name of a model in ``weights_dir`` (default: the
     shipped weights), e.g. 'asa-base-x2'."""
     p = Path(name_or_path)
-    if p.suffix == ".safetensors" or p.exists():
+    if is_model_path(p) or p.exists():
         if not p.is_file():
             raise WeightsError(f"weights file not found: {p}")
         return p
@@ -119,9 +122,27 @@ def shipped_models(weights_dir: str | Path | None = None) -> list[Path]:
     return sorted(weights_folder(weights_dir).glob("*.safetensors"))
 
 
-def describe(path: str | Path) -> ModelDescriptor:
-    """The descriptor of one weights file from its metadata alone (no tensor is read)."""
+def is_own_file(path: str | Path) -> bool:
+    """Whether ``path`` is one of sr's own weights files (a .safetensors with sr's format metadata);
+    False for a missing file and for other model files."""
     path = Path(path)
+    if path.suffix.lower() != ".safetensors" or not path.is_file():
+        return False
+    try:
+        read_metadata(path)
+    except WeightsError:
+        return False
+    return True
+
+
+def describe(path: str | Path) -> ModelDescriptor:
+    """The descriptor of one model file: sr's own from its metadata alone (no tensor is read); any
+    other through spandrel (:mod:`sr.external`: which reads the tensors to recognise them)."""
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"weights file not found: {path}")
+    if not is_own_file(path):
+        return _describe_external(path)
     meta = read_metadata(path)
     try:
         cfg = NetConfig(**json.loads(meta["config"]))
@@ -133,12 +154,30 @@ def describe(path: str | Path) -> ModelDescriptor:
     return ModelDescriptor(cfg, path.stem, path, meta)
 
 
+def _describe_external(path: Path) -> ModelDescriptor:
+    from .external import describe_external
+    from .external.files import ModelFileError
+
+    try:
+        return describe_external(path)
+    except ModelFileError as e:
+        raise WeightsError(str(e)) from None
+
+
 def loaded(desc: ModelDescriptor, map_location: str | torch.device = "cpu") -> ModelDescriptor:
     """``desc`` with its network (eval mode) read from its file; itself when it has one already."""
     if desc.net is not None:
         return desc
     if desc.path is None:
         raise WeightsError(f"{desc.name}: no weights file to load")
+    if desc.arch is not None:
+        from .external.describe import load_network
+        from .external.files import ModelFileError
+
+        try:
+            return replace(desc, net=load_network(desc))
+        except ModelFileError as e:
+            raise WeightsError(str(e)) from None
     net, _ = load_weights(desc.path, map_location)
     return replace(desc, net=net)
 
@@ -176,6 +215,8 @@ def catalog(weights_dir: str | Path | None = None) -> list[ModelDescriptor]:
     folder = weights_folder(weights_dir)
     out = []
     for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+        if not is_own_file(path):
+            continue  # a catalog lists sr's models from metadata; other files load by path
         try:
             out.append(describe(path))
         except WeightsError:

@@ -212,16 +212,21 @@ class UpscaleActor:
     ``model``: a user's weights file as [ObjectRef of its bytes, file name], written to a private
     folder of the actor's (the workers need not see the driver's file); None for shipped models."""
 
-    def __init__(self, opts: BatchOptions, threads: int | None, model: list | None = None) -> None:
+    def __init__(self, opts: BatchOptions, threads: int | None, model: list | None = None,
+                 pre: list | None = None) -> None:
         self.opts = opts
-        path = None
-        if model is not None:
-            import ray
+        self._folder = tempfile.TemporaryDirectory(prefix="sr-model-")  # removed with the actor
+        paths = []
+        for role, shipped in (("model", model), ("pre", pre)):
+            path = None
+            if shipped is not None:
+                import ray
 
-            self._folder = tempfile.TemporaryDirectory(prefix="sr-model-")  # removed with the actor
-            path = Path(self._folder.name) / model[1]
-            path.write_bytes(ray.get(model[0]))
-        self.up = make_upscaler(opts, threads=threads, model=path)
+                path = Path(self._folder.name) / role / shipped[1]  # one folder each: names may be equal
+                path.parent.mkdir()
+                path.write_bytes(ray.get(shipped[0]))
+            paths.append(path)
+        self.up = make_upscaler(opts, threads=threads, model=paths[0], pre=paths[1])
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         image, problem = row.pop("image"), row["problem"]
@@ -346,14 +351,17 @@ class Executor:
                                f"samples), more than a node holds ({store / 2**20:,.0f} MiB): run it "
                                f"without {opts.option_name('ray')}, or lower the output size")
         self.todo = [j for j in todo if j.problem is None]
-        self.model = self._ship_model()
+        self.model = self._ship_model(self.opts.request.model)
+        self.pre = self._ship_model(self.opts.request.pre)
 
-    def _ship_model(self) -> list | None:
-        """A user's weights file as [its bytes in the object store, its name]; None for a shipped
-        family (every node's install has those)."""
+    def _ship_model(self, model: str | None) -> list | None:
+        """A user's model file as [its bytes in the object store, its name]; None for a shipped
+        family (every node's install has those) or no model."""
         import ray
 
-        path = Path(self.opts.request.model).expanduser()
+        if model is None:
+            return None
+        path = Path(model).expanduser()
         if not path.is_file():
             return None
         try:
@@ -408,7 +416,8 @@ class Executor:
             ds = ds.map(_read, fn_kwargs={"max_pixels": opts.max_pixels}, max_retries=MAX_ATTEMPTS - 1,
                         **tasks)
             ds = ds.map(actor_class(),
-                        fn_constructor_kwargs={"opts": opts, "threads": threads, "model": self.model},
+                        fn_constructor_kwargs={"opts": opts, "threads": threads, "model": self.model,
+                                               "pre": self.pre},
                         compute=ray.data.ActorPoolStrategy(size=actors), max_restarts=-1,
                         max_task_retries=MAX_ATTEMPTS - 1, **per_actor)
             return ds.map(_write, fn_kwargs={"opts": opts}, max_retries=MAX_ATTEMPTS - 1, **tasks)

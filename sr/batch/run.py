@@ -51,6 +51,9 @@ def checked_upscaler(opts: BatchOptions) -> Upscaler:
     one only checks them on the driver (weights load lazily, the device is the actors'): the CPU is
     always there."""
     problem = missing_model(opts.request.model, opts.weights_dir)
+    if problem is None and opts.request.pre is not None:
+        problem = missing_model(opts.request.pre, opts.weights_dir)
+        problem = problem and f"{opts.option_name('pre')}: {problem}"
     if problem is not None:
         raise BatchError("{detail}", detail=problem)
     from ..inference import UpscaleError

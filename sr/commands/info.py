@@ -17,6 +17,7 @@ from ..descriptor import preset_of as preset_of  # moved there; tests and caller
 from ..errors import CLIError
 from ..models import PRESETS, NetConfig, SRNet, build_model, count_macs, count_params, parse_name
 from ..models.attention import get_attention
+from ..shipped import is_model_path
 from ..weights import (
     WeightsError,
     catalog,
@@ -98,7 +99,7 @@ def attention_summary(cfg: NetConfig) -> str:
     return f"{cfg.attention} ({text})" if text else cfg.attention
 
 
-def _macs_line(model: SRNet, hw: tuple[int, int]) -> str:
+def _macs_line(model: torch.nn.Module, hw: tuple[int, int]) -> str:
     s = model.scale
     h, w = hw[0] // s, hw[1] // s
     macs = count_macs(model, hw)
@@ -108,7 +109,7 @@ def _macs_line(model: SRNet, hw: tuple[int, int]) -> str:
 def load_all(name: str, weights_dir: Path | None = None) -> list[ModelDescriptor]:
     """A family's models in ``weights_dir`` (default: the shipped weights; network loaded), smallest
     scale first; else :func:`load`'s one."""
-    if not name.endswith(".safetensors") and not Path(name).exists():
+    if not is_model_path(name) and not Path(name).exists():
         try:
             _, found = find_models(name, weights_dir)
         except WeightsError:
@@ -124,7 +125,7 @@ def load_all(name: str, weights_dir: Path | None = None) -> list[ModelDescriptor
 def load(name: str, weights_dir: Path | None = None) -> ModelDescriptor:
     """The descriptor (network loaded) of a weights path or a name in ``weights_dir`` (default: the
     shipped weights), else of a preset name (random weights, no metadata)."""
-    path_like = name.endswith(".safetensors") or Path(name).exists()
+    path_like = is_model_path(name) or Path(name).exists()
     try:
         path = resolve_weights(name, weights_dir)
     except WeightsError as e:
@@ -165,7 +166,52 @@ def _cpu_precision(desc: ModelDescriptor) -> str:
     return f"auto here: {why}"
 
 
+def _external_precision(desc: ModelDescriptor) -> str:
+    """What --precision auto runs a model of another architecture in on this CPU, and why."""
+    from ..inference.precision import bf16_from_pixels, choose_external_dtype
+
+    dtype, why = choose_external_dtype(desc, "auto", torch.device("cpu"))
+    start = bf16_from_pixels()
+    if dtype == torch.bfloat16 and start:
+        why += f" (inputs under {start / 1e6:.2f} MP: fp32)"
+    return f"auto here: {why}"
+
+
+def describe_external(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]]:
+    """The rows of a model of another architecture: what spandrel states, and what sr makes of it."""
+    arch = desc.arch
+    assert arch is not None
+    net = loaded(desc).net
+    channels = {1: "1 (gray: each colour channel runs through it)", 3: "3 (RGB)",
+                4: "4 (RGBA: sr feeds it opaque RGB and scales alpha itself)"}
+    rows = [
+        ("source", f"model file {desc.path}, read through spandrel"),
+        ("architecture", arch.architecture + (f" ({', '.join(arch.tags)})" if arch.tags else "")),
+        ("purpose", f"upscale x{desc.scale}" if desc.purpose == "upscale"
+         else "1x restoration (run it with --pre, before an upscaling model)"),
+        ("channels in", channels.get(arch.input_channels, str(arch.input_channels))),
+        ("input size", desc.size_requirements),
+        ("tiling", {"supported": "tiled like sr's own models",
+                    "discouraged": "spandrel advises against tiling it: --tile auto runs it whole",
+                    "internal": "it tiles internally: --tile auto runs it whole"}[arch.tiling]),
+        ("params", f"{arch.params:,} ({arch.params / 1e6:.3f} M)"),
+    ]
+    try:
+        rows.append(("MACs", _macs_line(net, hw)))
+    except Exception as e:  # noqa: BLE001 - a counting hook an architecture trips is not the model's fault
+        rows.append(("MACs", f"not counted ({type(e).__name__})"))
+    rows += [
+        ("precisions", "fp32" + (", bf16" if arch.bf16 else "") + (", fp16" if arch.fp16 else "")
+         + " (as spandrel states)"),
+        ("CPU precision", _external_precision(desc)),
+        ("licence", "not stated in the file: the model's terms are its authors' (docs/models.md)"),
+    ]
+    return rows
+
+
 def describe(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]]:
+    if not desc.own:
+        return describe_external(desc, hw)
     model, meta, path = loaded(desc).net, desc.meta, desc.path
     cfg = model.cfg
     n_attn = cfg.blocks // cfg.attn_every if cfg.attention != "none" else 0

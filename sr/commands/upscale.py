@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from .. import AUTO_MODEL, DEFAULT_CHOICE, DEFAULT_MODEL, NATURAL_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
+from .. import DEFAULT_CHOICE, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY
 from ..errors import CLIError
+from ..families import AUTO, BY_NAME, DENOISE_MODELS, FAMILIES, LOOK_MODELS
 from ..io import DEFAULT_MAX_PIXELS
 from ..request import ALPHA_MODES, DEFAULT_TILE_OVERLAP, parse_denoise, parse_look
 from .precision import add_precision_argument
@@ -63,28 +64,37 @@ def add_input_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """Which model, and how it is blended: -m, --weights-dir, --denoise, --look; and -v."""
+    """Which model, and how it is blended: -m, --pre, --weights-dir, --denoise, --look; and -v. The
+    families and their blend rules come from :mod:`sr.families`."""
+    q = NEAR_LOSSLESS_QUALITY
+    families = "; ".join(f"{f.name}: {f.summary}" for f in FAMILIES)
+    photo = BY_NAME[AUTO.lossy]  # the family denoise and look apply to
+    base, natural = photo.denoise_base, photo.look_with
     p.add_argument("-m", "--model", default=DEFAULT_CHOICE,
-                   help=f"'{AUTO_MODEL}' (per input file, read from the file itself: {PHOTO_MODEL} for "
-                        f"lossy files, JPEG or WebP below quality {NEAR_LOSSLESS_QUALITY}; {DEFAULT_MODEL} "
-                        f"for the rest, lossless files and JPEG/WebP of quality {NEAR_LOSSLESS_QUALITY} and "
-                        f"above), a shipped family ({DEFAULT_MODEL}: clean input; {PHOTO_MODEL}: fine-tuned "
-                        f"on blurred, noisy, JPEG-compressed inputs; {NATURAL_MODEL}: its GAN fine-tune, "
-                        "natural texture), a full name "
-                        f"({DEFAULT_MODEL}-x2) or a .safetensors file (default: {DEFAULT_CHOICE})")
+                   help=f"'{AUTO.name}' (per input file, read from the file itself: {AUTO.lossy} for "
+                        f"lossy files, JPEG or WebP below quality {q}; {AUTO.lossless} for the rest, "
+                        f"lossless files and JPEG/WebP of quality {q} and above), a shipped family "
+                        f"({families}), a full name ({DEFAULT_MODEL}-x2), sr's own .safetensors file, or "
+                        "any upscaling model file spandrel recognises (.pth/.safetensors/.ckpt: ESRGAN, "
+                        "Real-ESRGAN, SwinIR, HAT, SPAN, ...; needs the models extra; docs/models.md) "
+                        f"(default: {DEFAULT_CHOICE})")
+    p.add_argument("--pre", metavar="FILE", default=None,
+                   help="a 1x restoration model file (denoise, de-JPEG, deblur: SCUNet, FBCNN, NAFNet, "
+                        "DnCNN, DRUNet, ...) run on each input before the upscaling model, tiled the same "
+                        "way (needs the models extra; docs/models.md)")
     add_weights_dir_argument(p)
+    takers = " or ".join(DENOISE_MODELS)
     p.add_argument("--denoise", type=denoise_arg, default=None, metavar="D",
-                   help=f"0..1, with --model {PHOTO_MODEL} or {AUTO_MODEL} only: run {PHOTO_MODEL} "
-                        f"blended with {DEFAULT_MODEL} of the same scale, every weight "
-                        f"(1-D)*{DEFAULT_MODEL} + D*{PHOTO_MODEL} (0 = {DEFAULT_MODEL} exactly; default "
-                        f"1 = {PHOTO_MODEL} as trained; {AUTO_MODEL}'s lossless inputs always get "
-                        f"{DEFAULT_MODEL})")
+                   help=f"0..1, with --model {takers} only: run {photo.name} blended with {base} of the "
+                        f"same scale, every weight (1-D)*{base} + D*{photo.name} (0 = {base} exactly; "
+                        f"default 1 = {photo.name} as trained; {AUTO.name}'s lossless inputs always get "
+                        f"{AUTO.lossless})")
     p.add_argument("--look", type=look_arg, default=None, metavar="L",
-                   help=f"0..1, with --model {PHOTO_MODEL} or {AUTO_MODEL} only: 0 = {PHOTO_MODEL} as "
-                        f"trained (fidelity-first, default), 1 = {NATURAL_MODEL}: GAN-trained texture; in "
-                        f"between blends the weights, (1-L)*{PHOTO_MODEL} + L*{NATURAL_MODEL} (with "
-                        f"--denoise, applied to {PHOTO_MODEL} before the blend with {DEFAULT_MODEL}; "
-                        f"{AUTO_MODEL}'s lossless inputs always get {DEFAULT_MODEL})")
+                   help=f"0..1, with --model {' or '.join(LOOK_MODELS)} only: 0 = {photo.name} as "
+                        f"trained (fidelity-first, default), 1 = {natural}: GAN-trained texture; in "
+                        f"between blends the weights, (1-L)*{photo.name} + L*{natural} (with "
+                        f"--denoise, applied to {photo.name} before the blend with {base}; "
+                        f"{AUTO.name}'s lossless inputs always get {AUTO.lossless})")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print each written file with the model it got (with auto: why) and its decode, "
                         "upscale and encode seconds, then those summed over the batch")
@@ -92,7 +102,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_size_arguments(p: argparse.ArgumentParser) -> None:
     size = p.add_argument_group("output size (default: the model's smallest scale)")
-    size.add_argument("-s", "--scale", type=int, choices=(2, 3, 4), help="model scale to use")
+    size.add_argument("-s", "--scale", type=int, metavar="N",
+                      help="model scale to use: 2, 3 or 4 for sr's families; a model file's own scale")
     size.add_argument("--outscale", type=float, metavar="S",
                       help="final scale, any number > 0 (e.g. 1.5, 3.7, 8): model passes, then bicubic")
     size.add_argument("--width", type=int,

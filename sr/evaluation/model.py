@@ -8,7 +8,14 @@ from pathlib import Path
 import torch
 
 from ..descriptor import ModelDescriptor
-from ..inference.precision import PrecisionError, precision_name, record_name, resolve_dtype
+from ..inference.precision import (
+    PrecisionError,
+    choose_external_dtype,
+    precision_name,
+    record_name,
+    resolve_dtype,
+)
+from ..shipped import is_model_path
 from ..weights import WeightsError, find_models, loaded
 from .protocol import UpscaleFn, model_upscaler
 from .sets import EvaluationError
@@ -31,7 +38,7 @@ def load_model(
         family, found = find_models(name, weights_dir)
         if scale not in found:
             (only,) = found.values() if len(found) == 1 else (None,)
-            if only is not None and (only.path.stem == family or name.endswith(".safetensors")):
+            if only is not None and (only.path.stem == family or is_model_path(name)):
                 raise EvaluationError(f"{only.path} is a x{only.scale} model but --scale is {scale}")
             have = ", ".join(f"x{s}" for s in sorted(found))
             raise EvaluationError(f"{family} has no x{scale} model (it has {have})")
@@ -41,7 +48,10 @@ def load_model(
     if budget is not None:
         set_budget(model, budget)
     try:
-        dtype = resolve_dtype(precision, device, [record_name(model)])
+        if model.own:
+            dtype = resolve_dtype(precision, device, [record_name(model)])
+        else:  # another architecture: what spandrel states and the first-use bf16 check say
+            dtype = choose_external_dtype(model, precision, device)[0]
     except PrecisionError as e:
         raise EvaluationError(str(e)) from None
     net = model.net.to(device=device, dtype=dtype)
@@ -49,7 +59,8 @@ def load_model(
     extras = ", x8 self-ensemble" if tta else ""
     extras += f", {precision_name(dtype)}" if dtype != torch.float32 else ""
     extras += f", attention budget {budget:g}" if budget is not None else ""
-    desc = f"{model.name} ({model.path}, {model.params:,} params, {device}{extras})"
+    arch = "" if model.own else f"{model.architecture}, "
+    desc = f"{model.name} ({arch}{model.path}, {model.params:,} params, {device}{extras})"
     return model_upscaler(net, device, tta, dtype), desc
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 
-from .. import AUTO_MODEL, DEFAULT_MODEL, PHOTO_MODEL
+from .. import AUTO_MODEL
 from .. import weights as sr_weights
 from ..descriptor import ModelDescriptor
+from ..families import AUTO
 from ..io import DecodedImage
 from ..models import SRNet
 from ..request import UpscaleRequest
@@ -43,16 +44,17 @@ class AutoEngine(Upscaler, serves=AUTO_MODEL):
         self.name = AUTO_MODEL
         found = {family: self._scales_of(family) for family in AUTO_SIDES}
         common = auto_scales(found)
+        # the lossless side runs as trained; denoise and look are the lossy side's (sr.families)
         self.sides: dict[str, FamilyEngine] = {
-            DEFAULT_MODEL: FamilyEngine(DEFAULT_MODEL, denoise=None, look=None, scales=common,
+            AUTO.lossless: FamilyEngine(AUTO.lossless, denoise=None, look=None, scales=common,
                                         **self._settings),
-            PHOTO_MODEL: FamilyEngine(PHOTO_MODEL, denoise=self.denoise, look=self.look, scales=common,
-                                      **self._settings),
+            AUTO.lossy: FamilyEngine(AUTO.lossy, denoise=self.denoise, look=self.look, scales=common,
+                                     **self._settings),
         }
         if not common:
-            lossless, lossy = found[DEFAULT_MODEL], found[PHOTO_MODEL]
-            raise UpscaleError(f"{AUTO_MODEL} needs {DEFAULT_MODEL} and {PHOTO_MODEL} at a common scale "
-                               f"({DEFAULT_MODEL}: {lossless}, {PHOTO_MODEL}: {lossy})")
+            lossless, lossy = AUTO.sides
+            raise UpscaleError(f"{AUTO.name} needs {lossless} and {lossy} at a common scale "
+                               f"({lossless}: {found[lossless]}, {lossy}: {found[lossy]})")
         self.scales: list[int] = common
 
     def _scales_of(self, family: str) -> list[int]:
@@ -64,7 +66,7 @@ class AutoEngine(Upscaler, serves=AUTO_MODEL):
 
     @property
     def _lossless(self) -> FamilyEngine:  # what auto answers for when no input says which side
-        return self.sides[DEFAULT_MODEL]
+        return self.sides[AUTO.lossless]
 
     def precision_for(self, scale: int, pixels: int | None = None) -> tuple[torch.dtype, str]:
         """The default family's (each side decides its own when it runs)."""
@@ -94,7 +96,7 @@ class AutoEngine(Upscaler, serves=AUTO_MODEL):
 
     def check_look(self, passes: list[int]) -> None:
         """The photo side's refusal (only it blends a look)."""
-        self.sides[PHOTO_MODEL].check_look(passes)
+        self.sides[AUTO.lossy].check_look(passes)
 
     def plan(self, h: int, w: int, request: UpscaleRequest) -> Plan:
         """Both sides share one architecture, so one tiling: the lossless side's."""

@@ -102,6 +102,9 @@ class Upscaler(ABC):
     model's measured bf16 cost is on record within 0.01 dB, else fp32), 'fp32' or 'bf16'
     (:mod:`sr.inference.precision`); :meth:`dtype_for` tells what a scale runs in.
 
+    ``pre``: a 1x restoration model file (denoise, de-JPEG, deblur: SCUNet, FBCNN, DnCNN, ...) run
+    on every input before the upscaling passes, tiled the same way; None runs none.
+
     The other arguments are the engine's options, checked once (:func:`sr.inference.options.engine_options`).
     """
 
@@ -151,6 +154,7 @@ class Upscaler(ABC):
         denoise: float | None = None,
         precision: str = "auto",
         look: float | None = None,
+        pre: str | Path | ModelDescriptor | None = None,
     ) -> None:
         """What every engine does first: check denoise and look for ``model``, then the options."""
         try:
@@ -166,7 +170,15 @@ class Upscaler(ABC):
         self._settings: dict[str, object] = dict(
             device=str(self.device), tile=tile, tile_overlap=tile_overlap, weights_dir=weights_dir,
             threads=threads, attention_path=attention_path, compile=compile, tile_batch=tile_batch,
-            shape_bucket=shape_bucket, precision=precision)
+            shape_bucket=shape_bucket, precision=precision, pre=pre)
+
+    @classmethod
+    def for_request(cls, request: UpscaleRequest, **options: object) -> Upscaler:
+        """The engine ``request`` asks for: its model, pre model, denoise, look and precision, with
+        the engine's other arguments from ``options`` (device, tile, threads, weights_dir, ...): the one
+        way the CLI, the service and the cluster turn a request into an engine."""
+        return Upscaler(request.model, denoise=request.denoise, look=request.look,
+                        precision=request.precision, pre=request.pre, **options)  # type: ignore[arg-type]
 
     # -- what each engine answers ------------------------------------------------------------
     @abstractmethod

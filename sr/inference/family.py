@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import DEFAULT_CHOICE, DEFAULT_MODEL, NATURAL_MODEL, PHOTO_MODEL
+from .. import DEFAULT_CHOICE
 from .. import weights as sr_weights
 from ..descriptor import ModelDescriptor
+from ..families import blend_family
 from ..io import SAMPLE_TYPES, DecodedImage, to_float
 from ..io import quantize as quantize_samples
 from ..models import SRNet, set_attention_path
@@ -28,7 +29,7 @@ from .devices import available_memory
 from .engine import FAMILY, Plan, SizePlan, StopCheck, UpscaleError, Upscaler, UpscaleResult
 from .model_choice import ModelChoice, Source
 from .passes import Loaded, is_oom, nearest_resize, run_tiles
-from .precision import bf16_from_pixels, choose_dtype, record_name
+from .precision import bf16_from_pixels, choose_dtype, choose_external_dtype, record_name
 from .resample import resize_to
 from .tiling import ProgressFn, TileFn, TileGrid, TileTooSmall, min_tile, plan_axis, run_tiled, tile_for
 
@@ -45,43 +46,94 @@ class FamilyEngine(Upscaler, serves=FAMILY):
     ) -> None:
         super().__init__(model, *args, **kwargs)  # Upscaler's arguments, checked there
         self.name, found = self._find_weights(model)
+        # the blend rules this model follows (sr.families): photo's for photo and photo-x2; none for
+        # other families and files (the base class refused a denoise or look they do not take)
+        self._family = blend_family(model)
         self._blend_base = self._find_blend_base(found)  # denoise < 1: the default family, by scale
         self._natural = self._find_natural()  # look > 0 (and denoise > 0): photo-natural, by scale
         keep = set(found) if scales is None else set(scales)
         self._descriptors = {s: d for s, d in found.items() if s in keep}
+        for desc in self._descriptors.values():
+            if self.precision == "bf16" and not desc.supports_bf16:
+                raise UpscaleError(f"{desc.name}: {desc.architecture} does not run in bf16 (spandrel says "
+                                   "so); use --precision auto or fp32")
         self.scales: list[int] = sorted(self._descriptors)
         self._models: dict[tuple[int, torch.dtype], Loaded] = {}  # per (scale, dtype)
         self._dtypes: dict[tuple[int, bool], torch.dtype] = {}  # per (scale, under bf16's start size)
         self._lock = threading.Lock()
         self._shipped_dir = shipped_dir
+        pre = kwargs.get("pre")
+        self._pre = self._find_pre(pre) if pre is not None else None  # a 1x model run before the passes
 
     # -- construction ------------------------------------------------------------------------
     def _find_weights(self, model: str | Path | ModelDescriptor) -> tuple[str, dict[int, ModelDescriptor]]:
         """The model's descriptors by scale (metadata only: weights are read on first use)."""
         if isinstance(model, ModelDescriptor):
-            return model.name, {model.scale: model}
-        try:
-            return sr_weights.find_models(model, self.weights_dir)
-        except sr_weights.WeightsError as e:
-            raise UpscaleError(str(e)) from None
+            name, found = model.name, {model.scale: model}
+        else:
+            try:
+                name, found = sr_weights.find_models(model, self.weights_dir)
+            except sr_weights.WeightsError as e:
+                raise UpscaleError(str(e)) from None
+        for desc in found.values():
+            if desc.purpose != "upscale":
+                raise UpscaleError(f"{desc.name} is a 1x restoration model ({desc.architecture}): pass it "
+                                   "as --pre (pre= in the service), to run before an upscaling model")
+        return name, found
+
+    def _find_pre(self, pre: str | Path | ModelDescriptor) -> ModelDescriptor:
+        """The ``pre`` model's descriptor: one file of a 1x restoration model."""
+        if isinstance(pre, ModelDescriptor):
+            desc = pre
+        else:
+            try:
+                found = sr_weights.find_models(pre, self.weights_dir)[1]
+            except sr_weights.WeightsError as e:
+                raise UpscaleError(f"pre: {e}") from None
+            if len(found) != 1:
+                raise UpscaleError(f"pre: {pre} names a family of {len(found)} models; give one 1x file")
+            desc = next(iter(found.values()))
+        if desc.purpose != "restore":
+            raise UpscaleError(f"pre: {desc.name} is a x{desc.scale} upscaling model; pre takes a 1x "
+                               "restoration model (denoise, de-JPEG, deblur)")
+        if self.precision == "bf16" and not desc.supports_bf16:
+            raise UpscaleError(f"pre: {desc.architecture} does not run in bf16 (spandrel says so); use "
+                               "--precision auto or fp32")
+        return desc
+
+    def _pre_loaded(self) -> Loaded:
+        """The pre model, loaded once (fp32 or bf16 as its own precision check says), under the lock."""
+        assert self._pre is not None
+        dtype = choose_external_dtype(self._pre, self.precision, self.device)[0] if not self._pre.own \
+            else torch.float32
+        key = (1, dtype)  # upscaling models have scale >= 2: no clash in the cache
+        loaded = self._models.get(key)
+        if loaded is None:
+            with self._lock:
+                loaded = self._models.get(key)
+                if loaded is None:
+                    loaded = self._models[key] = self._load_desc(self._weights_of(self._pre), dtype)
+        return loaded
 
     def _find_blend_base(self, found: dict[int, ModelDescriptor]) -> dict[int, ModelDescriptor]:
-        if self.denoise is None or self.denoise == 1:
+        if self.denoise is None or self.denoise == 1 or self._family is None:
             return {}
-        _, base = self._find_weights(DEFAULT_MODEL)
+        base_name = self._family.denoise_base
+        _, base = self._find_weights(base_name)
         missing = sorted(set(found) - set(base))
         if missing:
-            raise UpscaleError(f"denoise blends {self.name} with {DEFAULT_MODEL}, which has no "
+            raise UpscaleError(f"denoise blends {self.name} with {base_name}, which has no "
                                f"x{', x'.join(map(str, missing))} model")
         return base
 
     def _find_natural(self) -> dict[int, ModelDescriptor]:
-        if not self.look or self.denoise == 0:  # at D = 0 the weights are the default family's alone
+        # at D = 0 the weights are the denoise base's alone
+        if not self.look or self.denoise == 0 or self._family is None:
             return {}
         try:
-            return self._find_weights(NATURAL_MODEL)[1]
+            return self._find_weights(self._family.look_with)[1]
         except UpscaleError as e:
-            raise UpscaleError(f"look blends {self.name} with {NATURAL_MODEL}: {e}") from None
+            raise UpscaleError(f"look blends {self.name} with {self._family.look_with}: {e}") from None
 
     # -- loading -----------------------------------------------------------------------------
     def _dtype(self, scale: int, pixels: int | None) -> torch.dtype:
@@ -120,15 +172,23 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         except sr_weights.WeightsError as e:
             raise UpscaleError(str(e)) from None
 
+    def _weights_of(self, desc: ModelDescriptor) -> ModelDescriptor:
+        try:
+            return sr_weights.loaded(desc)
+        except sr_weights.WeightsError as e:
+            raise UpscaleError(str(e)) from None
+
     def _load(self, scale: int, dtype: torch.dtype) -> Loaded:
         self.check_look([scale])
-        desc = self._weights(scale)
+        return self._load_desc(self._weights(scale), dtype)
+
+    def _load_desc(self, desc: ModelDescriptor, dtype: torch.dtype) -> Loaded:
         net = desc.net.to(device=self.device, dtype=dtype, memory_format=self.memory_format)
         net = net.eval().requires_grad_(False)
         set_attention_path(net, self.attention_path)
         # dynamic=True: one graph for every tile shape (the static path has no size branches)
         forward = torch.compile(net, dynamic=True) if self.compile else net
-        return Loaded(net, desc.name, scale, desc.align, net.cfg.channels, dtype, forward)
+        return Loaded(net, desc.name, desc.scale, desc.align, desc.feature_channels, dtype, forward)
 
     def _bf16_too_small(self, pixels: int) -> bool:
         """Whether an input of ``pixels`` is under the size from which auto's bf16 pays on this CPU."""
@@ -151,10 +211,13 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         missing = sorted(set(passes) - set(self._natural)) if self._natural else []
         if missing:
             have = ", ".join(f"x{s}" for s in sorted(self._natural))
-            raise UpscaleError(f"{NATURAL_MODEL} has no x{missing[0]} weights: look {self.look:g} needs "
-                               f"them (it has {have}; look 0 runs {PHOTO_MODEL} at every scale)")
+            natural, photo = self._family.look_with, self._family.name
+            raise UpscaleError(f"{natural} has no x{missing[0]} weights: look {self.look:g} needs "
+                               f"them (it has {have}; look 0 runs {photo} at every scale)")
 
     def precision_for(self, scale: int, pixels: int | None = None) -> tuple[torch.dtype, str]:
+        if not self._descriptors[scale].own:  # another architecture: what spandrel and a check say
+            return choose_external_dtype(self._descriptors[scale], self.precision, self.device, pixels)
         names = [record_name(self._descriptors[scale], self._shipped_dir)]
         if scale in self._natural:  # L = 1 is photo-natural's tensors exactly: its record alone
             natural = record_name(self._natural[scale], self._shipped_dir)
@@ -191,9 +254,12 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         """What the tile policy needs of the ``scale`` network on a pass input of ``pixels``, from its
         descriptor (a blend has its file's architecture): nothing is loaded."""
         desc = self._descriptors[scale]
-        return TileGrid(scale, desc.align, desc.config.channels, self._dtype(scale, pixels))
+        return TileGrid(scale, desc.align, desc.feature_channels, self._dtype(scale, pixels))
 
     def _tile_for(self, grid: TileGrid, h: int, w: int) -> int | None:
+        desc = self._pre if grid.scale == 1 else self._descriptors.get(grid.scale)
+        if self.tile == "auto" and desc is not None and desc.tiling != "supported":
+            return None  # spandrel advises against tiling this model (global context, or its own tiles)
         try:
             return tile_for(self.tile, h, w, self.tile_overlap, grid, self.device.type,
                             lambda: available_memory(self.device), self.attention_path == "static")
@@ -210,6 +276,14 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         tiles = tiled = work = 0
         sides: list[int | None] = []
         ph, pw = h, w
+        if self._pre is not None:  # the 1x pre model's pass: its tiles and pixels count too
+            grid = TileGrid(1, self._pre.align, self._pre.feature_channels, torch.float32)
+            tile = self._tile_for(grid, h, w)
+            rows = plan_axis(h, tile, self.tile_overlap, grid.align)
+            cols = plan_axis(w, tile, self.tile_overlap, grid.align)
+            tiles += len(rows) * len(cols)
+            tiled += sum(b - a for a, b in rows) * sum(b - a for a, b in cols)
+            work += h * w
         for s in passes:
             grid = self.tile_grid(s, ph * pw)
             tile = self._tile_for(grid, ph, pw)
@@ -294,8 +368,14 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         exact = (h * math.prod(passes), w * math.prod(passes)) == (out_h, out_w)
         with torch.inference_mode():
             pixels = to_float(pixels)  # decoded float32 as it is; samples (a quantized result) scaled
+            pre_names = []
+            if self._pre is not None:  # restoration first, on the input's colour (alpha is not an image)
+                loaded = self._pre_loaded()
+                pixels = self._run_pass(loaded, pixels, False, tta, should_stop, np.float32, progress)[0]
+                pre_names.append(loaded.name)
             out, maps, names = self._run_passes(pixels, passes, with_budget_map, tta, should_stop,
                                                 samples if exact else np.float32, progress)
+            names = pre_names + names
             if out.shape[:2] != (out_h, out_w):
                 out = np.clip(resize_to(out, out_h, out_w), 0, 1)
             out_alpha = None

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import AUTO_MODEL, DEFAULT_MODEL, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
+from .. import AUTO_MODEL, NEAR_LOSSLESS_QUALITY
+from ..families import AUTO
 from ..lossy import Compression, inspect_compression
 from ..request import (
     DEFAULT_DENOISE,
@@ -48,8 +49,8 @@ from ..request import (
 if TYPE_CHECKING:
     from ..io import DecodedImage
 
-# auto's two sides: (the lossless side, the lossy side).
-AUTO_SIDES: tuple[str, str] = (DEFAULT_MODEL, PHOTO_MODEL)
+# auto's two sides: (the lossless side, the lossy side), as sr.families states them.
+AUTO_SIDES: tuple[str, str] = AUTO.sides
 
 
 def auto_scales(found: Mapping[str, Sequence[int]]) -> list[int]:
@@ -131,7 +132,7 @@ class ModelChoice:
         if self.look is not None and self.look != DEFAULT_LOOK:
             model += f", look {self.look:g}"
         why = self.compression.describe() if self.compression is not None else "format unknown"
-        if self.lossy and self.model == DEFAULT_MODEL:
+        if self.lossy and self.model == AUTO.lossless:
             why += ": nearly lossless"
         return f"{AUTO_MODEL}: {model} ({why})"
 
@@ -149,6 +150,6 @@ def choose(compression: Compression | None, denoise: float | None = DEFAULT_DENO
     (estimated quality ``threshold`` or more; research.auto_rule tries other thresholds); else
     DEFAULT_MODEL (which neither changes)."""
     if compression is not None and compression.lossy and not nearly_lossless(compression, threshold):
-        return ModelChoice(PHOTO_MODEL, compression, DEFAULT_DENOISE if denoise is None else denoise,
+        return ModelChoice(AUTO.lossy, compression, DEFAULT_DENOISE if denoise is None else denoise,
                            DEFAULT_LOOK if look is None else look)
-    return ModelChoice(DEFAULT_MODEL, compression)
+    return ModelChoice(AUTO.lossless, compression)

@@ -147,6 +147,42 @@ def choose_dtype(
     return torch.bfloat16, f"bf16: {measured}"
 
 
+def choose_external_dtype(
+    desc: ModelDescriptor, precision: str, device: torch.device, pixels: int | None = None,
+) -> tuple[torch.dtype, str]:
+    """(dtype, why) for a model of another architecture (``desc.arch``): what spandrel says it
+    supports, and on a CPU where auto runs bf16, the first-use agreement check of
+    :mod:`sr.external.bf16_check` (fp32 vs bf16 on a fixed image, at least
+    :data:`~sr.external.bf16_check.MIN_AGREEMENT_DB` apart), cached per file."""
+    precision = parse_precision(precision)
+    arch = desc.architecture
+    if precision == "bf16" and not desc.supports_bf16:
+        raise PrecisionError(f"{arch} does not run in bf16 (spandrel says so); use --precision auto or fp32")
+    if precision in DTYPES:
+        return choose_dtype(precision, device)
+    if device.type != "cpu":
+        dtype = pick_dtype(device)
+        ok = {torch.bfloat16: desc.supports_bf16, torch.float16: desc.supports_fp16}.get(dtype, True)
+        if not ok:
+            return torch.float32, f"fp32: spandrel says {arch} does not support {precision_name(dtype)}"
+        return dtype, f"{precision_name(dtype)}: the {device.type} default"
+    start, measured = bf16_speed()
+    if start is None:
+        return torch.float32, f"fp32: {measured}"
+    if not desc.supports_bf16:
+        return torch.float32, f"fp32: spandrel says {arch} does not support bf16"
+    if pixels is not None and pixels < start:
+        return torch.float32, (f"fp32: input under {start / 1e6:.2f} MP, where bf16 measured slower "
+                               f"than fp32 on this kind of CPU")
+    from ..external.bf16_check import MIN_AGREEMENT_DB, bf16_agreement
+
+    db = bf16_agreement(desc)
+    if db < MIN_AGREEMENT_DB:
+        return torch.float32, (f"fp32: bf16 output {db:.1f} dB from fp32 on the check image (bf16 needs "
+                               f">= {MIN_AGREEMENT_DB:g} dB)")
+    return torch.bfloat16, f"bf16: {measured}; output {db:.1f} dB from fp32 on the check image"
+
+
 def resolve_dtype(
     precision: str, device: torch.device, models: Iterable[str | None] = (), pixels: int | None = None,
 ) -> torch.dtype:
