@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import DEFAULT_CHOICE
 from ..io import DEFAULT_MAX_PIXELS
-from ..request import DEFAULT_TILE_OVERLAP, UpscaleRequest
+from ..request import DEFAULT_TILE_OVERLAP, UpscaleRequest, parse_tile
 from .errors import BatchError, Naming
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -68,15 +68,11 @@ class BatchOptions:
     @property
     def tile_size(self) -> int | str:
         """``tile`` as the engine takes it: "auto" or a number of input pixels (0 = whole image)."""
-        if self.tile == "auto":
-            return "auto"
         try:
-            value = int(self.tile)
+            return parse_tile(self.tile)  # the engine's and the service's grammar: auto, off/0, pixels
         except ValueError:
-            value = -1
-        if value < 0:
-            raise BatchError("{tile} must be 'auto', 0 or a number of pixels, got {got!r}", got=self.tile)
-        return value
+            raise BatchError("{tile} must be 'auto', 'off' (or 0) or a number of pixels, got {got!r}",
+                             got=self.tile) from None
 
     def checked(self) -> BatchOptions:
         """These options once every value is known to be usable (BatchError naming the field if not):

@@ -7,12 +7,13 @@ fault: it returns the reason, and the batch goes on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..io.formats import writable_format_for
 from .jobs import Job, output_format
 from .options import BatchOptions
 from .samples import Samples, pack, unpack
@@ -26,19 +27,23 @@ NO_BUDGET_MAPS = "the model has no adaptive attention: no budget maps"  # a warn
 
 
 def make_upscaler(
-    opts: BatchOptions, device: str | None = None, threads: int | None = None, model: str | Path | None = None
+    opts: BatchOptions, device: str | None = None, threads: int | None = None,
+    model: str | Path | None = None, pre: str | Path | None = None,
 ) -> Upscaler:
-    """The batch's ``Upscaler``: the request's model, denoise, look and precision, the batch's tiling and
-    device (built once per Ray actor too, from the same options). ``model`` overrides the request's
-    (a Ray actor's local copy of a user's weights file)."""
+    """The batch's ``Upscaler``: the request's model, pre model, denoise, look and precision, the
+    batch's tiling and device (built once per Ray actor too, from the same options). ``model`` and
+    ``pre`` override the request's (a Ray actor's local copies of a user's model files)."""
     from ..inference import Upscaler
 
     request = opts.request
-    return Upscaler(model if model is not None else request.model, device=device or opts.device,
-                    tile=opts.tile_size, tile_overlap=opts.tile_overlap,
-                    threads=threads if threads is not None else opts.threads,
-                    attention_path=opts.attention_path, compile=opts.compile, denoise=request.denoise,
-                    look=request.look, precision=request.precision, weights_dir=opts.weights_dir)
+    if model is not None or pre is not None:  # an actor's local copies of the request's files
+        request = replace(request, model=str(model) if model is not None else request.model,
+                          pre=str(pre) if pre is not None else request.pre)
+    return Upscaler.for_request(request, device=device or opts.device, tile=opts.tile_size,
+                                tile_overlap=opts.tile_overlap,
+                                threads=threads if threads is not None else opts.threads,
+                                attention_path=opts.attention_path, compile=opts.compile,
+                                weights_dir=opts.weights_dir)
 
 
 def read_input(job: Job, max_pixels: int) -> tuple[DecodedImage | None, str | None]:
@@ -93,7 +98,9 @@ def _output(result: UpscaleResult, job: Job, opts: BatchOptions, k_max: float | 
     if job.budget is not None and result.budget_map is not None:
         heat = budget_heatmap(result.budget_map, k_max)
     choice = result.choice
-    return Output(pack(result.image, flatten_alpha=output_format(job, opts.request.format) == "jpeg"), heat,
+    # composited on white from the floats, as the service's JPEG encoder does, before rounding
+    jpeg = writable_format_for(output_format(job, opts.request.format)).name == "jpeg"
+    return Output(pack(result.image, flatten_alpha=jpeg), heat,
                   no_budget_map=job.budget is not None and result.budget_map is None, model=result.model,
                   chosen=choice.model if choice is not None else "",
                   choice=choice.describe() if choice is not None else "")

@@ -14,10 +14,11 @@ import torch
 
 from .. import weights as sr_weights
 from ..models import ATTENTION_PATHS
+from ..request import parse_tile
 from .devices import DeviceError, configure_threads, resolve_device
 from .errors import UpscaleError
 from .precision import PrecisionError, parse_precision, resolve_dtype
-from .tiling import min_tile, parse_tile
+from .tiling import min_tile
 
 # GPU hygiene (issue 27): on CUDA the engine runs several tiles per forward and pads every forward's
 # input up to a multiple of SHAPE_BUCKET pixels, so shapes repeat across images (each new shape costs

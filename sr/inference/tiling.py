@@ -16,7 +16,6 @@ at a time: only a band of float32 rows is ever held, not a full-size float32 ima
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -33,27 +32,6 @@ BatchTileFn = Callable[[list[np.ndarray]], list[tuple[np.ndarray, "np.ndarray | 
 # Fraction of each overlap used for the cross-fade (0 = hard cut at its middle, 1 = linear across
 # all of it); 0.5 measured best or tied on trained and random models (docs/benchmarks.md, `sr bench upscale`).
 BLEND_RAMP = 0.5
-
-
-def parse_tile(value: object) -> int | str:
-    """The one reading of a tile setting: "auto" (any case), or a size in input pixels as an int or
-    its text, with 0, "off" and "none" for no tiling (the whole image); ValueError otherwise."""
-    bad = f"tile must be 'auto', 0 (off) or a size in pixels, got {value!r}"
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text == "auto":
-            return "auto"
-        if text in ("off", "none"):
-            return 0
-    if isinstance(value, bool) or not isinstance(value, (str, numbers.Integral, float)):
-        raise ValueError(bad)
-    try:
-        size = int(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(bad) from None
-    if size < 0 or (isinstance(value, float) and value != size):
-        raise ValueError(bad)
-    return size
 
 
 def _align_up(x: int, align: int) -> int:

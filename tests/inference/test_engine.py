@@ -388,7 +388,7 @@ def test_check_scale_refuses_what_plan_size_refuses(weights_dir):
 
 @pytest.mark.parametrize("tile", ["AUTO", "off", "none", -1, "x", 12.5])
 def test_engine_reads_tile_by_the_one_policy(tiny_x2, tile):
-    from sr.inference.tiling import parse_tile
+    from sr.request import parse_tile
 
     try:
         expected = parse_tile(tile)

@@ -20,7 +20,6 @@ from sr.inference.tiling import (
     cpu_tile_cost,
     fastest_tile,
     min_tile,
-    parse_tile,
     plan_axis,
     plan_cost,
     relative_cost,
@@ -29,6 +28,7 @@ from sr.inference.tiling import (
 )
 from sr.io import DecodedImage
 from sr.models import build_model
+from sr.request import parse_tile
 from sr.resize import imresize
 from sr.weights import save_weights
 
