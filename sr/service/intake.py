@@ -9,17 +9,23 @@ uploads (``/healthz``, ``/readyz``, the page) are never counted, so a liveness p
 :class:`Intake` runs the header read and the pre-checks of an upload in the decoder sandbox
 (:mod:`sr.service.sandbox`) with a small CPU and wall allowance, on two lanes: uploads of up to
 :data:`SMALL_UPLOAD_BYTES` on one, bigger ones on the other. A small malformed file, whose check
-takes microseconds, never waits behind eight 19 MB hostile uploads (row E: it waited 34.5 s).
+takes microseconds, never waits behind eight 19 MB hostile uploads (row E: it waited 34.5 s). On
+each lane, client addresses take turns (:class:`FairGate`, issue 72): one address cannot hold a lane.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import math
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .jobs import CURRENT_CLIENT
 from .limits import send_json_error
 from .sandbox import Limits, Probe, Sandbox
 
@@ -86,10 +92,62 @@ class UploadAdmission:
         key = id(scope)
         now = time.monotonic()
         state.uploads[key] = _Upload(client, now, now + state.body_total_s)
+        token = CURRENT_CLIENT.set(client)  # the lanes and the job pool serve addresses in turn
         try:
             await self.app(scope, receive, send)
         finally:
+            CURRENT_CLIENT.reset(token)
             state.uploads.pop(key, None)
+
+
+class FairGate:
+    """At most ``slots`` holders at once; the others wait, and a freed slot goes to the waiting
+    client (address) that has had the fewest turns since the gate was last idle, the earliest
+    waiter among equals. One address with six 19 MB uploads queued then delays another's upload by
+    one header read, not six (issue 72: a 349 KB JPEG waited 17.6 s on the large lane)."""
+
+    def __init__(self, slots: int = 1) -> None:
+        self.slots = slots
+        self.busy = 0
+        self._waiting: list[tuple[str, int, asyncio.Future[None]]] = []
+        self._turns: dict[str, int] = {}
+        self._seq = itertools.count()
+
+    @asynccontextmanager
+    async def turn(self, client: str) -> AsyncIterator[None]:
+        await self._acquire(client)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, client: str) -> None:
+        if self.busy < self.slots and not self._waiting:
+            self.busy += 1
+            self._turns[client] = self._turns.get(client, 0) + 1
+            return
+        entry = (client, next(self._seq), asyncio.get_running_loop().create_future())
+        self._waiting.append(entry)
+        try:
+            await entry[2]
+        except asyncio.CancelledError:
+            if entry in self._waiting:
+                self._waiting.remove(entry)
+            elif entry[2].done() and not entry[2].cancelled():
+                self._release()  # handed the slot as it was cancelled: pass it on
+            raise
+
+    def _release(self) -> None:
+        while self._waiting:
+            entry = min(self._waiting, key=lambda e: (self._turns.get(e[0], 0), e[1]))
+            self._waiting.remove(entry)
+            if not entry[2].done():
+                self._turns[entry[0]] = self._turns.get(entry[0], 0) + 1
+                entry[2].set_result(None)  # the slot passes on: busy stays
+                return
+        self.busy -= 1
+        if self.busy == 0:
+            self._turns.clear()  # idle: every client starts even
 
 
 class Intake:
@@ -99,6 +157,9 @@ class Intake:
         limits = Limits(memory_bytes=memory_bytes, cpu_s=cpu_s, wall_s=wall_s)
         self.small = Sandbox(1, limits, name="intake-small")
         self.large = Sandbox(1, limits, name="intake-large")
+        # One gate per lane, as many slots as its processes: clients take turns on each lane.
+        self.gates = {self.small.name: FairGate(self.small.processes),
+                      self.large.name: FairGate(self.large.processes)}
 
     def start(self) -> None:
         self.small.start()
@@ -108,9 +169,12 @@ class Intake:
         self.small.wait_ready()
         self.large.wait_ready()
 
-    async def probe(self, data: bytes, max_pixels: int | None) -> Probe:
+    async def probe(self, data: bytes, max_pixels: int | None, client: str | None = None) -> Probe:
+        """The upload's header read on the lane of its size, when its client's turn comes on that lane
+        (``client``: the request's address by default, :data:`~sr.service.jobs.CURRENT_CLIENT`)."""
         lane = self.small if len(data) <= SMALL_UPLOAD_BYTES else self.large
-        return await lane.call(lane.probe, data, max_pixels=max_pixels)
+        async with self.gates[lane.name].turn(CURRENT_CLIENT.get() if client is None else client):
+            return await lane.call(lane.probe, data, max_pixels=max_pixels)
 
     def stats(self) -> dict[str, dict[str, float]]:
         return {"small": dict(self.small.stats), "large": dict(self.large.stats)}

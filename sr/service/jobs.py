@@ -1,7 +1,9 @@
 """A bounded pool for blocking inference jobs, run off the event loop.
 
 At most ``workers`` jobs run and at most ``max_queue`` wait; a job beyond that is refused at once
-(:class:`QueueFullError`, the caller answers 503 + Retry-After) instead of piling up. Each job has a
+(:class:`QueueFullError`, the caller answers 503 + Retry-After) instead of piling up. Waiting jobs
+start by turns of client addresses, and a refused client gets a place in line whose slot is held
+for it (:class:`JobPool`, issue 72). Each job has a
 time limit counted from admission, queue wait included (:class:`JobTimeoutError` -> 504).
 
 A job whose request gives up (time limit passed, client gone) is told to stop: its ``stop`` event is
@@ -22,6 +24,7 @@ a slot frees (:meth:`JobPool.schedule`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import ctypes.util
 import heapq
@@ -30,8 +33,8 @@ import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -74,6 +77,10 @@ MAX_RETRY_AFTER_S = 3600
 TRIM_AFTER_IO_MP = 1.0
 TRIM_EVERY_JOBS = 256
 DISCONNECT_POLL_S = 0.25
+# The address of the client whose request this task serves: set by service.intake.UploadAdmission
+# for each upload, read by the intake lanes and the job pool, which serve addresses in turn (issue
+# 72). A context variable, so that the layers between (routes, pipeline) need not pass it along.
+CURRENT_CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("sr_client", default="")
 
 
 class JobStopped(RuntimeError):
@@ -81,13 +88,16 @@ class JobStopped(RuntimeError):
 
 
 class QueueFullError(RuntimeError):
-    def __init__(self, retry_after: int, ahead: int | None = None, reason: str | None = None) -> None:
+    def __init__(self, retry_after: int, ahead: int | None = None, reason: str | None = None,
+                 place: int | None = None) -> None:
         jobs = f" by {ahead} jobs" if ahead is not None else ""
         why = reason or f"all workers and queue slots are taken{jobs}"
-        super().__init__(f"server busy: {why}; retry in {retry_after} s (the predicted time for a "
-                         "slot to free)")
+        line = f"; you are number {place} in line" if place is not None and place > 1 else ""
+        super().__init__(f"server busy: {why}{line}; retry in {retry_after} s (the predicted time for "
+                         f"{'your' if line else 'a'} slot to free)")
         self.retry_after = retry_after
         self.ahead = ahead
+        self.place = place
 
 
 class JobTimeoutError(TimeoutError):
@@ -272,22 +282,68 @@ def _moved(value: float, target: float, weight: float, bounds: tuple[float, floa
 class _Job:
     work: Work
     learn: bool = True            # whether its time teaches the estimates (upscales do, previews not)
-    started: float | None = None  # perf_counter() when a worker took it
+    started: float | None = None  # the pool's clock() when a worker took it
+    client: str = ""              # who asked (an address): the waiting jobs start by turns of clients
+    seq: int = 0                  # admission order, among one client's jobs and to break ties
+    call: Callable[[], Any] | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    future: Future = field(default_factory=Future)
+
+
+@dataclass
+class _Reservation:
+    """A refused client's place in line: the slot it was told to come back for is held for it."""
+
+    due: float      # the pool's clock() it was told to come back at (now + Retry-After)
+    expires: float  # when its place lapses: a client that never came back holds nothing
+    client: str     # its address: only a request from there takes the place
+
+
+# A refused client's place is held until this long after the time it was told to come back (a
+# retry also uploads and has its header read before it reaches the pool), or a quarter of its
+# wait, whichever is longer.
+RESERVATION_GRACE_S = 3.0
+MAX_RESERVATIONS_PER_SLOT = 4  # the line is bounded: past it, a refusal holds no place
 
 
 class JobPool:
+    """At most ``workers`` jobs running and ``max_queue`` waiting; waiting jobs start by turns of
+    clients (one address cannot hold the queue: a client's next job waits behind every other
+    client's first), and a refused client gets a place in line (issue 72).
+
+    The line: a client refused because every slot is taken is told to come back when the slot for
+    its place frees (Retry-After: the n-th end in the admitted jobs' schedule for the n-th in line),
+    and a freed slot is held for the places ahead of a newcomer until they come back or lapse
+    (:data:`RESERVATION_GRACE_S`). Without it, the client whose job just ended (or any newcomer)
+    took each freed slot, and 8 retrying clients waited 3-15x their Retry-After. Places are not
+    tied to a connection: the first request from the place's address at or after its time takes
+    it (clients that obey Retry-After come when told). A slot is held even while the pool is idle:
+    the request that found it idle is, as often as not, the next one of a client whose job just
+    ended.
+    """
+
     def __init__(self, workers: int, max_queue: int) -> None:
         self.workers = workers
         self.max_queue = max_queue
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sr-infer")
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
         self._jobs: dict[int, _Job] = {}  # admitted: waiting or running
+        self._waiting: list[_Job] = []    # admitted, not started
+        self._turns: dict[str, int] = {}  # jobs started per client (turns; see _pick)
+        self._round = 0                   # the turns of the client whose job started last
+        self._line: list[_Reservation] = []
         self._ids = itertools.count()
         self._finished = itertools.count(1)  # jobs that ran, whatever their end
         self._running = 0
         self._completed = 0
         self._cancelled = 0
+        self._closed = False
+        self.clock = time.perf_counter  # seconds; the line's tests play time forward
         self.model = WorkModel()
+        self._threads = [threading.Thread(target=self._work, name=f"sr-infer_{i}", daemon=True)
+                         for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
 
     @property
     def capacity(self) -> int:
@@ -307,30 +363,76 @@ class JobPool:
 
     def schedule(self) -> tuple[float, float]:
         """(seconds until the first admitted job ends, seconds until a job admitted now would start):
-        the admitted jobs played forward on the workers, FIFO, at their predicted times.
+        the admitted jobs played forward on the workers, in the order they will start, at their
+        predicted times.
 
         The first is when a slot frees, what a refused client should wait (Retry-After); the whole
         queue's drain over-stated it 10-15x (issue 54, row F). A running job that overran its
         prediction counts as about to end.
         """
-        now = time.perf_counter()
         with self._lock:
-            jobs = list(self._jobs.values())  # admission order: the order the executor starts them
+            ends, start = self._schedule_locked(self.clock())
+        return (ends[0] if ends else 0.0), start
+
+    def _schedule_locked(self, now: float) -> tuple[list[float], float]:
+        """(every admitted job's predicted end from now, sorted; when a job admitted now would start)."""
         running = [max(self.model.predict(j.work) - (now - j.started), 0.0)
-                   for j in jobs if j.started is not None]
+                   for j in self._jobs.values() if j.started is not None]
         free = sorted(running + [0.0] * max(self.workers - len(running), 0))
         ends = list(running)
-        for job in jobs:
-            if job.started is None:
-                start = heapq.heappop(free)
-                end = start + self.model.predict(job.work)
-                ends.append(end)
-                heapq.heappush(free, end)
-        return (min(ends) if ends else 0.0), (free[0] if free else 0.0)
+        turns, last = dict(self._turns), self._round
+        waiting = list(self._waiting)
+        while waiting:
+            job = self._pick(waiting, turns)
+            waiting.remove(job)
+            last = turns[job.client] = turns.get(job.client, last) + 1
+            start = heapq.heappop(free)
+            end = start + self.model.predict(job.work)
+            ends.append(end)
+            heapq.heappush(free, end)
+        return sorted(ends), (free[0] if free else 0.0)
 
-    def retry_after(self) -> int:
-        first_end, _ = self.schedule()
-        return min(MAX_RETRY_AFTER_S, max(1, math.ceil(first_end)))
+    @staticmethod
+    def _pick(waiting: list[_Job], turns: dict[str, int]) -> _Job:
+        """The waiting job to start next: its client's turns fewest, then the earliest admitted."""
+        return min(waiting, key=lambda j: (turns.get(j.client, 0), j.seq))
+
+    def retry_after(self, place: int = 1) -> int:
+        """Seconds until the slot for the ``place``-th client in line frees (1: the first to free)."""
+        with self._lock:
+            return self._retry_after_locked(place, self.clock())
+
+    def _retry_after_locked(self, place: int, now: float) -> int:
+        ends, _ = self._schedule_locked(now)
+        slots = [0.0] * max(self.capacity - len(self._jobs), 0) + ends  # held slots free now
+        if place <= len(slots):
+            wait = slots[place - 1]
+        else:  # past every admitted job: the slots turn over at the jobs' mean pace
+            mean = sum(self.model.predict(j.work) for j in self._jobs.values()) / max(len(self._jobs), 1)
+            wait = (slots[-1] if slots else 0.0) + (place - len(slots)) * mean / self.workers
+        return min(MAX_RETRY_AFTER_S, max(1, math.ceil(wait)))
+
+    def _admit_or_refuse_locked(self, now: float, take: bool, client: str) -> None:
+        """Raise :class:`QueueFullError` (with a place in line) unless a slot is free for this request;
+        ``take``: the request is admitted now, and takes the place in line it came for."""
+        self._line = [r for r in self._line if r.expires > now]
+        # Not before its time: the next request of a client whose job just ended comes at once, and
+        # with even 0.5 s of leeway it took the place of one still waiting (a 4.3x wait in a test).
+        claim = next((i for i, r in enumerate(self._line) if r.due <= now and r.client == client), None)
+        ahead = claim if claim is not None else len(self._line)  # places held before this request's
+        free = self.capacity - len(self._jobs)
+        if free > ahead:
+            if claim is not None and take:
+                del self._line[claim]
+            return
+        place = ahead + 1
+        retry = self._retry_after_locked(place, now)
+        held = _Reservation(now + retry, now + retry + max(RESERVATION_GRACE_S, retry / 4), client)
+        if claim is not None:
+            self._line[claim] = held  # came back before its slot freed: keeps its place
+        elif len(self._line) < MAX_RESERVATIONS_PER_SLOT * self.capacity:
+            self._line.append(held)
+        raise QueueFullError(retry, len(self._jobs), place=place)
 
     def check_room(self, work: Work, timeout: float) -> None:
         """Raise :class:`QueueFullError` when a job of ``work`` admitted now would not finish within
@@ -348,34 +450,32 @@ class JobPool:
     async def run(
         self, fn: Callable[..., T], *args: object, timeout: float, work: Work | None = None,
         stop: threading.Event | None = None, disconnected: Callable[[], Awaitable[bool]] | None = None,
-        learn: bool = True,
+        learn: bool = True, client: str | None = None,
     ) -> T:
         """Run ``fn(*args)`` in a worker thread and await it, within ``timeout`` seconds.
 
         ``stop`` is set when the request gives up (timeout, ``disconnected()`` returned True, or this
         coroutine was cancelled); ``fn`` should poll it and return early. ``work``: what the job
         costs, for Retry-After and learning. ``learn=False``: a job whose time must not teach the model.
+        ``client``: who asks (an address), for the turns; by default the request's (:data:`CURRENT_CLIENT`).
         """
+        client = CURRENT_CLIENT.get() if client is None else client
         stop = stop if stop is not None else threading.Event()
-        job = _Job(work or Work(), learn)
+        job = _Job(work or Work(), learn, client=client, call=lambda: fn(*args), stop=stop)
         with self._lock:
-            full = len(self._jobs) >= self.capacity
-        if full:
-            raise QueueFullError(self.retry_after(), self.capacity)
+            if self._closed:
+                raise QueueFullError(1, reason="the server is stopping")
+            self._admit_or_refuse_locked(self.clock(), take=False, client=client)
         if work is not None:
             self.check_room(work, timeout)
         with self._lock:
-            full = len(self._jobs) >= self.capacity  # again: another request may have taken the slot
-            if not full:
-                job_id = next(self._ids)
-                self._jobs[job_id] = job
-        if full:
-            raise QueueFullError(self.retry_after(), self.capacity)
-        try:
-            future = self._executor.submit(self._call, job, stop, fn, args)
-        except RuntimeError:  # executor shut down (server stopping)
-            self._release(job_id)
-            raise QueueFullError(self.retry_after()) from None
+            self._admit_or_refuse_locked(self.clock(), take=True, client=client)  # again: another came?
+            job_id = job.seq = next(self._ids)
+            self._jobs[job_id] = job
+            self._turns[client] = max(self._turns.get(client, 0), self._round)
+            self._waiting.append(job)
+            self._wake.notify()
+        future = job.future
         future.add_done_callback(lambda _f: self._release(job_id))
         waiter = asyncio.wrap_future(future)
         loop = asyncio.get_running_loop()
@@ -404,18 +504,40 @@ class JobPool:
         future.cancel()   # a job still waiting never starts
         waiter.cancel()   # nobody will read its result or exception
 
-    def _call(self, job: _Job, stop: threading.Event, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    def _work(self) -> None:
+        """A worker thread: start the next waiting job by turns, until the pool shuts down."""
+        while True:
+            with self._wake:
+                while not self._waiting and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                job = self._pick(self._waiting, self._turns)
+                self._waiting.remove(job)
+                self._round = self._turns[job.client] = self._turns.get(job.client, self._round) + 1
+            if not job.future.set_running_or_notify_cancel():
+                continue  # given up while it waited: released by its future's callback
+            try:
+                result = self._call(job, job.stop, job.call)
+            except BaseException as e:  # the job's own error, for its awaiting request
+                job.future.set_exception(e)
+            else:
+                job.future.set_result(result)
+
+    def _call(self, job: _Job, stop: threading.Event, call: Callable[[], T] | None) -> T:
+        assert call is not None
         with self._lock:
             self._running += 1
-            job.started = time.perf_counter()
+            job.started = self.clock()
+        t0 = time.perf_counter()  # what the job really took teaches the model, whatever the clock
         ok = False
         result = None
         try:
-            result = fn(*args)
+            result = call()
             ok = True
             return result
         finally:
-            elapsed = time.perf_counter() - job.started
+            elapsed = time.perf_counter() - t0
             with self._lock:
                 self._running -= 1
                 if ok:
@@ -434,7 +556,18 @@ class JobPool:
 
     def _release(self, job_id: int) -> None:
         with self._lock:
-            self._jobs.pop(job_id, None)
+            job = self._jobs.pop(job_id, None)
+            if job is None:
+                return
+            if job in self._waiting:
+                self._waiting.remove(job)
+            if not any(j.client == job.client for j in self._jobs.values()):
+                self._turns.pop(job.client, None)  # back later: it starts at the current round
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._wake:
+            self._closed = True
+            waiting, self._waiting = self._waiting, []
+            self._wake.notify_all()
+        for job in waiting:
+            job.future.cancel()

@@ -53,7 +53,7 @@ def test_random_numeric_strings_in_every_field_never_get_a_5xx(make_client, make
     ("outscale", "1e308", "outscale must be at most 16384"),
     ("width", "1" + "0" * 400, "width must be at most 268435456 pixels"),
     ("height", "1" + "0" * 400, "height must be at most 268435456 pixels"),
-    ("scale", "1" + "0" * 400, "scale must be a positive integer up to 16384"),
+    ("scale", "1" + "0" * 400, "scale must be at most 16384"),
 ])
 def test_the_overflowing_sizes_get_a_422_that_keeps_the_connection(make_client, make_image, field: str,
                                                                    value: str, says: str) -> None:
