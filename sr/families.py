@@ -64,6 +64,11 @@ def family_of_model(model: object) -> Family | None:
     return BY_NAME.get(family) if sep and scale in {str(s) for s in SCALES} else None
 
 
+def is_family(model: object) -> bool:
+    """Whether ``model`` names one of sr's families (a full name included) or auto."""
+    return model == AUTO.name or family_of_model(model) is not None
+
+
 def blend_family(model: object) -> Family | None:
     """The family whose blend rules ``model`` follows: its own, or for auto its lossy side's."""
     return BY_NAME[AUTO.lossy] if model == AUTO.name else family_of_model(model)

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import DEFAULT_MODEL, NATURAL_MODEL, PHOTO_MODEL
-from .families import DENOISE_MODELS, LOOK_MODELS, takes_denoise, takes_look
+from .families import DENOISE_MODELS, LOOK_MODELS, is_family, takes_denoise, takes_look
+from .shipped import SCALES
 
 __all__ = [
     "ALPHA_MODES",
@@ -196,6 +197,10 @@ class UpscaleRequest:
         if self.scale is not None and self.scale > MAX_OUTSCALE:
             raise RequestError("scale", f"{name('scale')} must be at most {MAX_OUTSCALE}, "
                                         f"got {_shown(self.scale)}")
+        if self.scale is not None and self.scale not in SCALES and is_family(self.model):
+            # sr's families have files for these scales only; a model file states its own (engine)
+            raise RequestError("scale", f"{name('scale')} must be one of {', '.join(map(str, SCALES))} for "
+                                        f"{self.model}, got {_shown(self.scale)}")
         check_output_size(self.outscale, self.width, self.height, name)
         if not self._known_format():
             raise RequestError("format", f"{name('format')} must be an output format or 'same', "

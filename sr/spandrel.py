@@ -34,7 +34,7 @@ try:
 except ModuleNotFoundError as e:
     if e.name != "spandrel":  # spandrel is there but something it needs is not: that is its error
         raise
-    raise ImportError('sr.spandrel needs spandrel: pip install "sr-asa[models]"') from None
+    raise ImportError('sr.spandrel needs spandrel: pip install spandrel (the "models" extra)') from None
 
 import torch
 from spandrel import (

@@ -116,8 +116,9 @@ def test_help_lists_the_exit_codes(capsys: pytest.CaptureFixture) -> None:
 ])
 def test_argument_errors_are_one_line_and_import_no_torch(argv: list[str]) -> None:
     """One line and exit 2, decided before torch is imported (an error then takes as long as --version)."""
+    # as the `sr` console script calls it: sys.exit(main()), whether argparse or a check refuses
     code = ("import sys; from sr.cli import main\n"
-            "try:\n    main(sys.argv[1:])\n"
+            "try:\n    sys.exit(main(sys.argv[1:]))\n"
             "except SystemExit as e:\n    assert 'torch' not in sys.modules, 'torch imported'; raise\n")
     proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
@@ -126,18 +127,31 @@ def test_argument_errors_are_one_line_and_import_no_torch(argv: list[str]) -> No
 
 def test_top_level_help_lists_every_command_and_imports_none() -> None:
     """`sr --help` names each command with its help line; the modules are not imported, only named
-    (nor torch): a fresh interpreter, since this one has imported them all already."""
+    (nor torch): a fresh interpreter, since this one has imported them all already. sr.commands.bench
+    is the one exception, for its list of benchmark names (it imports no benchmark and no torch)."""
     code = ("import sys; from sr.cli import main\n"
             "try:\n    main(['--help'])\n"
             "except SystemExit:\n"
-            "    loaded = [m for m in sys.modules if m.startswith(('sr.commands.', 'torch'))]\n"
+            "    loaded = [m for m in sys.modules if m.startswith(('sr.commands.', 'torch', 'benchmarks'))]\n"
             "    print(sorted(loaded), file=sys.stderr)\n")
     env = {**os.environ, "COLUMNS": "300"}  # one line per command
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 0 and proc.stderr == "[]\n", proc.stderr
+    assert proc.returncode == 0 and proc.stderr == "['sr.commands.bench']\n", proc.stderr
     for name, (_module, help_text) in COMMANDS.items():
         line = rf"^ +{name} +{re.escape(help_text)}$"
         assert re.search(line, proc.stdout, re.MULTILINE), (name, proc.stdout)
+
+
+def test_sr_help_and_sr_bench_help_name_the_same_benchmarks(capsys: pytest.CaptureFixture) -> None:
+    from sr.commands.bench import BENCHMARKS
+
+    listed = re.escape(", ".join(BENCHMARKS))
+    assert re.fullmatch(rf"benchmarks: {listed}", COMMANDS["bench"][1])
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the description
+    assert f"benchmarks: {', '.join(BENCHMARKS)}" in out
+    assert all(f" {name} " in out for name in BENCHMARKS)
 
 
 def test_version_is_the_package_version(capsys: pytest.CaptureFixture) -> None:

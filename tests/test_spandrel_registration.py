@@ -248,4 +248,4 @@ def test_without_spandrel_sr_imports_and_sr_spandrel_names_the_extra():
         "    print(e)\n"
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == 'sr.spandrel needs spandrel: pip install "sr-asa[models]"\n'
+    assert done.stdout == 'sr.spandrel needs spandrel: pip install spandrel (the "models" extra)\n'

@@ -20,7 +20,8 @@ from ..shipped import MODEL_SUFFIXES
 from .files import ModelFileError, read_state_dict
 from .network import ExternalNet
 
-EXTRA_HINT = 'pip install "sr-asa[models]"'
+# sr-asa is not on the public index: the extra comes from a checkout or a wheel, or spandrel by itself
+EXTRA_HINT = 'pip install spandrel (the "models" extra: pip install ".[models]" in a checkout)'
 # Recognised models kept in memory (fp32, CPU), by file: the service's models-dir cache and the
 # engines hold their own copies, so this only saves re-reading a file described twice.
 CACHE_SIZE = 4
@@ -33,12 +34,17 @@ def is_model_file(path: str | Path) -> bool:
     return Path(path).suffix.lower() in MODEL_SUFFIXES
 
 
-def _spandrel() -> Any:
+def _not_own(path: Path) -> str:
+    """What to say first of a file that is not one of sr's own: a .safetensors may be meant as one."""
+    return "not sr's weights (no sr-weights metadata); " if path.suffix.lower() == ".safetensors" else ""
+
+
+def _spandrel(path: Path) -> Any:
     try:
         import spandrel
     except ImportError as e:
-        raise ModelFileError(f"reading models of other architectures needs spandrel, which is not "
-                             f"installed ({e}): {EXTRA_HINT}") from None
+        raise ModelFileError(f"{path}: {_not_own(path)}reading models of other architectures needs "
+                             f"spandrel, which is not installed ({e}): {EXTRA_HINT}") from None
     return spandrel
 
 
@@ -63,14 +69,15 @@ def _window(model: Any) -> int:
 
 
 def _recognise(path: Path) -> tuple[ArchInfo, Any]:
-    spandrel = _spandrel()
+    spandrel = _spandrel(path)
     state = read_state_dict(path)
     try:
         state = spandrel.canonicalize_state_dict(state)
         found = spandrel.ModelLoader(device="cpu").load_from_state_dict(state)
     except spandrel.UnsupportedModelError:
-        raise ModelFileError(f"{path}: not a model architecture spandrel knows (its keys match none of "
-                             f"{len(spandrel.MAIN_REGISTRY.architectures())} architectures)") from None
+        known = len(spandrel.MAIN_REGISTRY.architectures())
+        raise ModelFileError(f"{path}: {_not_own(path)}not a model architecture spandrel knows (its keys "
+                             f"match none of {known} architectures)") from None
     except (RuntimeError, ValueError, KeyError, IndexError, TypeError, AssertionError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelFileError(f"{path}: spandrel could not load it ({reason})") from None
