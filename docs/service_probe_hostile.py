@@ -11,9 +11,15 @@ F: 3 rounds of: worker and queue filled with 768x768 uploads, one more gets 503;
 against the real wait (from the 503 until the first admitted job answers).
 G: /v1/preview of a 4096^2 16-bit gray PNG and of the issue's 16-bit RGBA one, server RSS (with its
 decoder children) before/after.
+Issue 72's connection rows (H and I are not in the default set: run them by name):
+H: 24 clients in turn ask /v1/preview of a noise PNG (a ~9 MB answer) and never read it; server RSS
+before, after the 24th, and 35 s later (SR_SEND_TIMEOUT_S: 30 s by default).
+I: GET /healthz declaring a 100 MB body (and POST /healthz declaring 10 MB) dribbled a byte every
+3 s: how long the connection stays open after the answer.
 """
 
 import argparse
+import asyncio
 import io
 import os
 import socket
@@ -165,6 +171,78 @@ try:
             print(f"F{round_ + 1}: {r.status_code} Retry-After {retry_after} s; a slot freed after "
                   f"{waited:.2f} s (ratio {retry_after / max(waited, 1e-3):.2f}); admitted: "
                   f"{sorted(c for _, c in answers)}")
+
+    if "H" in ROWS:
+        import numpy as np
+
+        noise = io.BytesIO()
+        Image.fromarray(np.random.default_rng(72).integers(0, 256, (1700, 1700, 3), dtype=np.uint8)).save(
+            noise, format="PNG")
+        form = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="n.png"\r\n\r\n'
+                + noise.getvalue() + b"\r\n--b--\r\n")
+        request = (b"POST /v1/preview HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; "
+                   b"boundary=b\r\nContent-Length: %d\r\n\r\n" % len(form)) + form
+        rss0, server0 = tree_rss_mb(proc.pid), b.rss_bytes(proc.pid) / 2**20
+        held, statuses = [], []
+        for _ in range(24):  # in turn, as in the issue: each answered, then left unread
+            s_ = socket.socket()
+            s_.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s_.connect(("127.0.0.1", port))
+            s_.settimeout(120)
+            try:
+                s_.sendall(request)
+            except OSError:
+                pass  # refused before its body was read (the per-address upload cap): the answer follows
+            try:
+                first = s_.recv(4096)  # the answer has started
+            except OSError:
+                first = b""
+            statuses.append(first.split(b" ", 2)[1].decode() if first.startswith(b"HTTP/") else "reset")
+            if first.startswith(b"HTTP/1.1 200"):
+                head = first.split(b"\r\n\r\n")[0].lower()
+                length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+                held.append((s_, length, len(first) - len(head) - 4))
+            else:
+                s_.close()
+        server1 = b.rss_bytes(proc.pid) / 2**20
+        time.sleep(35)
+        server2 = b.rss_bytes(proc.pid) / 2**20
+        cut = 0
+        for s_, length, got in held:  # what still arrives: the kernel's buffers, not the rest
+            s_.settimeout(5)
+            try:
+                while chunk := s_.recv(2**20):
+                    got += len(chunk)
+            except OSError:
+                pass
+            cut += got < length
+            s_.close()
+        print(f"H: 24 unread ~{len(noise.getvalue()) / 2**20:.1f} MB answers: server RSS {server0:.0f} -> "
+              f"{server1:.0f} MB after the 24th, {server2:.0f} MB 35 s later ({cut} of {len(held)} cut short "
+              f"by the server; answers {dict((c, statuses.count(c)) for c in set(statuses))}); with decoders "
+              f"{rss0:.0f} -> {tree_rss_mb(proc.pid):.0f} MB")
+
+    if "I" in ROWS:
+        async def dribble(method, declared):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            t0 = time.monotonic()
+            head = f"{method} /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n\r\n"
+            writer.write(head.encode() + b"x")
+            status = (await reader.readline()).split()[1].decode()
+            while time.monotonic() - t0 < 60:
+                try:
+                    if await asyncio.wait_for(reader.read(65536), 3) == b"":
+                        return status, f"closed after {time.monotonic() - t0:.1f} s"
+                except asyncio.TimeoutError:
+                    pass
+                except OSError:
+                    return status, f"reset after {time.monotonic() - t0:.1f} s"
+                writer.write(b"x")
+            return status, "open after 60 s"
+
+        for method, declared in (("GET", 100_000_000), ("POST", 10_000_000)):
+            status, end = asyncio.run(dribble(method, declared))
+            print(f"I: {method} /healthz declaring {declared} bytes, a byte every 3 s: {status}, {end}")
 
     if "G" in ROWS:
         buf = io.BytesIO()
