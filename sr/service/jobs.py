@@ -419,7 +419,7 @@ class JobPool:
         # Not before its time: the next request of a client whose job just ended comes at once, and
         # with even 0.5 s of leeway it took the place of one still waiting (a 4.3x wait in a test).
         claim = next((i for i, r in enumerate(self._line) if r.due <= now and r.client == client), None)
-        ahead = claim if claim is not None else len(self._line)  # places held before this request's
+        ahead = claim if claim is not None else self._place_for(client)  # places before this request's
         free = self.capacity - len(self._jobs)
         if free > ahead:
             if claim is not None and take:
@@ -431,8 +431,21 @@ class JobPool:
         if claim is not None:
             self._line[claim] = held  # came back before its slot freed: keeps its place
         elif len(self._line) < MAX_RESERVATIONS_PER_SLOT * self.capacity:
-            self._line.append(held)
+            self._line.insert(ahead, held)
         raise QueueFullError(retry, len(self._jobs), place=place)
+
+    def _place_for(self, client: str) -> int:
+        """Where a new place of ``client`` goes in line: after every address's places up to as many as
+        this one holds already, so addresses take turns in line too. One address's third refusal
+        goes behind another's first (whose promised time stays true); from one address alone, last."""
+        rank = sum(1 for r in self._line if r.client == client)
+        seen: dict[str, int] = {}
+        at = 0
+        for i, r in enumerate(self._line):
+            seen[r.client] = seen.get(r.client, 0) + 1
+            if seen[r.client] <= rank + 1:
+                at = i + 1
+        return at
 
     def check_room(self, work: Work, timeout: float) -> None:
         """Raise :class:`QueueFullError` when a job of ``work`` admitted now would not finish within

@@ -148,6 +148,33 @@ def test_a_refused_client_keeps_its_place_and_its_slot_is_held_for_it() -> None:
     pool.shutdown()
 
 
+def test_addresses_take_turns_in_line_too() -> None:
+    # one address refused three times cannot put another's first refusal behind all three
+    pool = JobPool(workers=1, max_queue=1)
+    pool.clock = _Clock()
+    release = threading.Event()
+    work = Work(tiled_mp=4.0)
+
+    async def main() -> list[tuple[str, int, int]]:
+        held = [asyncio.ensure_future(pool.run(release.wait, 10, timeout=60, work=work)) for _ in range(2)]
+        while pool.stats()["running"] < 1:
+            await asyncio.sleep(0.01)
+        places = []
+        for client in ("10.0.0.1", "10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.2"):
+            with pytest.raises(QueueFullError) as info:
+                await pool.run(release.wait, 10, timeout=60, work=work, client=client)
+            places.append((client, info.value.place, info.value.retry_after))
+        release.set()
+        await asyncio.gather(*held)
+        return places
+
+    places = asyncio.run(main())
+    pool.shutdown()
+    assert [(c, p) for c, p, _ in places] == [("10.0.0.1", 1), ("10.0.0.1", 2), ("10.0.0.1", 3),
+                                               ("10.0.0.2", 2), ("10.0.0.3", 3), ("10.0.0.2", 5)]
+    assert places[3][2] <= places[1][2]  # the second address's first: the time of the slot it took
+
+
 @pytest.mark.slow
 def test_clients_that_obey_retry_after_wait_within_2x_of_it() -> None:
     """Six clients, two jobs each, on one worker and a queue of one; jobs take what the model
