@@ -29,6 +29,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       "docs/upscaling.md) or a .safetensors file "
       f"[SR_MODEL; {DEFAULT_CHOICE}]")
     add_weights_dir_argument(p, from_env=False)  # Settings.from_env reads SR_WEIGHTS_DIR
+    a("--models-dir", default=None,
+      help="also offer every model file of this folder by its file stem (.pth, .pt, .ckpt, .safetensors: "
+      "sr's own, or any architecture spandrel reads, with the models extra); 1x restoration models "
+      "become pre= choices [SR_MODELS_DIR]")
+    a("--models-memory-mb", type=int, default=None,
+      help="parameter memory of the models folder's engines kept loaded; the least recently used are "
+      "unloaded past it [SR_MODELS_MEMORY_MB; 1024]")
     a("--device", default=None, help="auto | cpu | cuda | cuda:N | mps [SR_DEVICE; auto]")
     add_precision_argument(p, default=None, note=" [SR_PRECISION; auto]")
     a("--workers", type=int, default=None, help="inference jobs run at once [SR_WORKERS; 1]")
@@ -53,12 +60,13 @@ def build_settings(args: argparse.Namespace):  # -> sr.service.settings.Settings
         tile = parse_tile(args.tile) if args.tile is not None else None
         upload = None if args.max_upload_mb is None else int(args.max_upload_mb * 2**20)
         weights_dir = Path(args.weights_dir) if args.weights_dir else None
+        models_dir = Path(args.models_dir) if args.models_dir else None
         origins = parse_origins(args.cors_origins) if args.cors_origins is not None else None
         return base.replace(
             model=args.model, weights_dir=weights_dir, device=args.device, precision=args.precision,
             workers=args.workers, max_queue=args.queue, max_upload_bytes=upload, max_pixels=args.max_pixels,
             timeout_s=args.timeout, api_key=args.api_key, threads=args.threads, tile=tile,
-            cors_origins=origins,
+            cors_origins=origins, models_dir=models_dir, models_memory_mb=args.models_memory_mb,
         )
     except (SettingsError, ValueError) as e:
         raise CLIError(str(e)) from None
@@ -94,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     settings = build_settings(args)
     if settings.weights_dir is not None and not settings.weights_dir.is_dir():
         raise CLIError(f"weights folder not found: {settings.weights_dir}")
+    if settings.models_dir is not None and not settings.models_dir.is_dir():
+        raise CLIError(f"models folder not found: {settings.models_dir}")
     check_model(settings)
     if args.port:
         _check_port(args.host, args.port)

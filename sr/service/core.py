@@ -67,7 +67,8 @@ class Service:
         k_max = self.hub.budget_k_max(family) if asked.budget_map or keep_budget_map else None
         return JobRequest(data=data, request=asked, max_pixels=s.max_pixels, budget_k_max=k_max,
                           keep_budget_map=keep_budget_map, max_output_pixels=s.max_output_pixels,
-                          max_work_pixels=s.max_work_pixels)
+                          max_work_pixels=s.max_work_pixels, cost=self.hub.cost(family, asked.pre),
+                          teaches=self.hub.calibrated(family, asked.pre))
 
     async def admit(self, engine: Upscaler, job: JobRequest) -> Work:
         """The job's predicted work, or the domain error that refuses it before any work: the header
@@ -103,8 +104,11 @@ class Service:
         job.decode = self.decode(engine, job)
         try:
             with decode_errors_of(job.data):
+                # a models-folder model's work is the descriptor's estimate: its time would teach the
+                # work model, calibrated on the default model, a load that is not the machine's
                 return await self.pool.run(run_job, engine, job, timeout=self.settings.timeout_s, work=work,
-                                           stop=job.stop, disconnected=disconnected)
+                                           stop=job.stop, disconnected=disconnected,
+                                           learn=job.teaches)
         except ClientGoneError:
             log.info("client gone: job cancelled")
             return None

@@ -26,7 +26,7 @@ from sr.io import FORMATS, writable_format_for
 from sr.request import UpscaleRequest, same_format
 
 from .errors import InvalidRequestError, ModelUnavailableError
-from .hub import ModelHub, UnknownModelError
+from .hub import ModelHub, ModelMemoryError, UnknownModelError
 from .jobs import JobStopped, Work
 
 if TYPE_CHECKING:  # annotations only
@@ -73,6 +73,10 @@ class JobRequest:
     # (width, height) the admitted plan is for: the header's; the decode plans again only if it differs
     planned_size: tuple[int, int] | None = None
     submitted: float = field(default_factory=time.perf_counter)
+    # network cost per output pixel of the model and of its pre model, relative to the model the
+    # work model is calibrated on (ModelHub.cost): 1.0 for the weights folder's families
+    cost: tuple[float, float] = (1.0, 0.0)
+    teaches: bool = True  # whether its time teaches the work model (ModelHub.calibrated)
 
     def should_stop(self) -> bool:
         """Whether to give up now: polled between stages, by the engine and by the decoder."""
@@ -99,20 +103,22 @@ class JobResult:
 def form_request(
     hub: ModelHub, model: str | None, *, scale: int | None, outscale: float | None, width: int | None,
     height: int | None, fmt: str, quality: int, budget_map: bool, tta: bool, denoise: float | None,
-    look: float | None = None,
+    look: float | None = None, pre: str | None = None,
 ) -> tuple[str, UpscaleRequest]:
     """(family, the validated request) from an upload's form fields; :class:`InvalidRequestError`
-    saying why not. The model is a catalogue name (photo-x2 implies scale 2); every other value is checked
-    by :meth:`UpscaleRequest.validate`, the check the CLI's arguments get, in the same words."""
+    saying why not. The model is a catalogue name (photo-x2 implies scale 2), ``pre`` the name of a
+    1x restoration model of the models folder (never a path); every other value is checked by
+    :meth:`UpscaleRequest.validate`, the check the CLI's arguments get, in the same words."""
     try:
         family, implied = hub.resolve(model)
-    except UnknownModelError as e:
+        pre = hub.resolve_pre(pre)
+    except (UnknownModelError, ValueError) as e:
         raise InvalidRequestError(str(e)) from None
     if implied is not None and scale is not None and scale != implied:
         raise InvalidRequestError(f"model {model!r} is a x{implied} model but scale={scale} was asked")
     request = UpscaleRequest(scale=scale if scale is not None else implied, outscale=outscale, width=width,
                              height=height, model=hub.request_model(family), denoise=denoise, look=look,
-                             tta=tta, format=fmt, quality=quality, budget_map=budget_map)
+                             tta=tta, format=fmt, quality=quality, budget_map=budget_map, pre=pre)
     try:
         request = request.validate()
     except ValueError as e:
@@ -129,7 +135,9 @@ def engine_for(hub: ModelHub, family: str, request: UpscaleRequest) -> Upscaler:
     ``sr upscale`` says them), :class:`ModelUnavailableError` when a listed model's file is unusable
     (the server's fault, not the client's)."""
     try:
-        engine = hub.engine(family, request.denoise, request.look)
+        engine = hub.engine(family, request.denoise, request.look, request.pre)
+    except ModelMemoryError as e:
+        raise InvalidRequestError(str(e)) from None
     except UpscaleError as e:
         raise ModelUnavailableError(f"model {family} is unavailable: {e}") from None
     if request.scale is not None:
@@ -205,8 +213,10 @@ def plan_work(engine: Upscaler, width: int, height: int, req: JobRequest) -> tup
             f"server's limit of {req.max_work_pixels / 1e6:.1f} (SR_MAX_WORK_PIXELS); "
             "ask for a smaller output"
             + (" or turn tta off" if tta else ""))
-    work = Work(forwards=plan.tiles, tiled_mp=plan.tiled_pixels / 1e6,
-                io_mp=(width * height + out_w * out_h) / 1e6)
+    model_cost, pre_cost = req.cost
+    pre_pixels = width * height * (8 if tta else 1) if req.request.pre else 0  # its overlaps: the model's
+    tiled = (plan.tiled_pixels - pre_pixels) * model_cost + pre_pixels * pre_cost
+    work = Work(forwards=plan.tiles, tiled_mp=tiled / 1e6, io_mp=(width * height + out_w * out_h) / 1e6)
     return (out_w, out_h), work
 
 

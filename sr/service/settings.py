@@ -68,6 +68,11 @@ class Settings:
     # buffer, the rest goes out as the client reads (service.limits).
     send_timeout_s: float = 30.0
     max_buffered_bytes: int = 2**20
+    # Community models (issue 71): every model file of models_dir (sr's own or one spandrel reads) is
+    # offered by its file stem; their engines are loaded on first use and the least recently used
+    # are dropped while their parameter bytes (fp32) would pass models_memory_mb (docs/service.md).
+    models_dir: Path | None = None
+    models_memory_mb: int = 1024
 
     def __post_init__(self) -> None:
         checks = [
@@ -93,6 +98,7 @@ class Settings:
             (self.send_timeout_s > 0, f"send timeout must be > 0 seconds, got {self.send_timeout_s}"),
             (self.max_buffered_bytes >= 64 * 1024,
              f"max buffered bytes must be >= 65536, got {self.max_buffered_bytes}"),
+            (self.models_memory_mb >= 1, f"models memory must be >= 1 MB, got {self.models_memory_mb}"),
             (bool(self.model), "model must not be empty"),
         ]
         for ok, message in checks:
@@ -241,4 +247,6 @@ ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "probe_wall_s": ("SR_PROBE_WALL_S", float),
     "send_timeout_s": ("SR_SEND_TIMEOUT_S", float),
     "max_buffered_bytes": ("SR_MAX_BUFFERED_BYTES", _int),
+    "models_dir": ("SR_MODELS_DIR", Path),
+    "models_memory_mb": ("SR_MODELS_MEMORY_MB", _int),
 }

@@ -1,4 +1,5 @@
-"""GET /v1/models: the models offered, with scales, parameters and Set5 PSNR."""
+"""GET /v1/models: the models offered, with scales, parameters and Set5 PSNR; the models folder's with
+their architecture, purpose and bf16 support, and its 1x restoration models as the ``pre`` choices."""
 
 from __future__ import annotations
 
@@ -17,5 +18,6 @@ def models(service: ServiceDep) -> dict[str, object]:
     return {
         "default": hub.default,
         "families": hub.family_list(),
-        "models": hub.catalog(),
+        "pre": hub.pre_list(),
+        "models": hub.model_list(),
     }

@@ -40,6 +40,9 @@ async def upscale(
     height: Annotated[int | None, Form(description="output height in pixels")] = None,
     model: Annotated[str | None, Form(max_length=128, description="a name from GET /v1/models; auto: "
                                       + AUTO_DESCRIPTION)] = None,
+    pre: Annotated[str | None, Form(max_length=128, description="a 1x restoration model run on the image "
+                                    "first (denoise, de-JPEG, deblur): a name from GET /v1/models' pre "
+                                    "(the server's models folder)")] = None,
     fmt: Annotated[Literal[request_formats()],  # type: ignore[valid-type]
                    Form(alias="format", description="output format; same: the upload's, else PNG")] = "same",
     quality: Annotated[int, Form(description="JPEG/WebP quality 1-100")] = 95,
@@ -64,7 +67,7 @@ async def upscale(
     refuse_repeated_fields(await request.form())  # already parsed for the parameters: no second read
     family, asked = form_request(service.hub, model, scale=scale, outscale=outscale, width=width,
                                  height=height, fmt=fmt, quality=quality, budget_map=budget_map, tta=tta,
-                                 denoise=denoise, look=look)
+                                 denoise=denoise, look=look, pre=pre)
     engine = engine_for(service.hub, family, asked)
     job = service.job(await read_upload(file, service.settings), family, asked, keep_budget_map)
     work = await service.admit(engine, job)

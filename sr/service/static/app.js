@@ -11,7 +11,8 @@ const state = {
   budgetUrl: null,    // object URL of the budget heat map for the current result
   budgetId: null,     // X-Budget-Map-Id of the current result: its map, kept by the server
   request: null,      // the form fields that produced the current result
-  families: [],       // [{name, scales, default, denoise, look, description?}]
+  families: [],       // [{name, scales, default, denoise, look, description?, architecture?...}]
+  pre: [],            // 1x restoration models (the server's models folder): the pre= choices
   models: [],         // catalogue entries
   modelsError: "",    // why the model list could not be loaded (e.g. the server needs a key)
   beforeNote: "",     // how "before" was obtained, or why it cannot be shown
@@ -82,6 +83,8 @@ async function loadModels() {
   if (!res.ok) {
     state.families = [];
     state.models = [];
+    state.pre = [];
+    fillPre();
     $("model").innerHTML = "";
     $("scale").innerHTML = "";
     updateDenoise();
@@ -98,6 +101,8 @@ async function loadModels() {
   const data = JSON.parse(body);
   state.families = data.families;
   state.models = data.models;
+  state.pre = data.pre || [];
+  fillPre();
   const sel = $("model");
   sel.innerHTML = "";
   for (const fam of data.families) {
@@ -107,6 +112,19 @@ async function loadModels() {
   fillScales();
   showError("");
   setBusy(false);
+}
+
+// The models folder's 1x restoration models, offered as "Restore first" (hidden when there are none).
+function fillPre() {
+  const sel = $("pre");
+  const previous = sel.value;
+  sel.innerHTML = "";
+  sel.add(new Option("none", ""));
+  for (const m of state.pre) {
+    sel.add(new Option(`${m.name} (${m.architecture})`, m.name));
+  }
+  if ([...sel.options].some((o) => o.value === previous)) sel.value = previous;
+  $("pre-row").hidden = !state.pre.length;
 }
 
 function currentFamily() {
@@ -143,6 +161,7 @@ function describeModel() {
   const fam = currentFamily();
   if (!entry) { $("model-info").textContent = fam && fam.description ? fam.description : ""; return; }
   const parts = [entry.name];
+  if (entry.architecture) parts.push(entry.architecture);
   if (entry.params) parts.push(`${(entry.params / 1000).toFixed(0)}k parameters`);
   if (entry.set5_psnr != null) parts.push(`Set5 PSNR ${Number(entry.set5_psnr).toFixed(2)} dB`);
   $("model-info").textContent = parts.join(" · ");
@@ -238,6 +257,7 @@ function currentFields() {
                    keep_budget_map: "true" };  // the overlay then needs no second upscale
   if (!$("denoise").disabled) fields.denoise = $("denoise").value;
   if (!$("look").disabled) fields.look = $("look").value;
+  if ($("pre").value) fields.pre = $("pre").value;
   return fields;
 }
 
