@@ -9,6 +9,7 @@ TorchScript archives carry code that runs when loaded and are refused outright.
 from __future__ import annotations
 
 import pickle
+import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -53,6 +54,20 @@ def _unwrap(obj: object, path: Path) -> dict[str, torch.Tensor]:
                          f"{', '.join(WRAPPER_KEYS)})")
 
 
+def _refused_global(e: pickle.UnpicklingError) -> str:
+    """What torch's restricted unpickler refused, in one line. Its message is several paragraphs of
+    advice (with terminal colour codes, and the advice to allow the global); the line that names the
+    global reads 'WeightsUnpickler error: Unsupported global: GLOBAL eval was not an allowed global by
+    default. Please use ...' or 'Trying to load unsupported GLOBAL posix.system whose module posix is
+    blocked.'"""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(e).splitlines()]
+    lines = [line for line in lines if line]
+    named = next((line for line in lines if "GLOBAL " in line), None)
+    if named is None:
+        return lines[0] if lines else type(e).__name__
+    return named.split("WeightsUnpickler error:")[-1].strip().split(". ")[0].rstrip(".")
+
+
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """The tensors of a model file (on the CPU), read safely; ModelFileError saying why not."""
     path = Path(path)
@@ -75,10 +90,8 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        # torch's message is several paragraphs; its first line names the refused global
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelFileError(f"{path}: refused: the file asks to run code while loading, and only tensors "
-                             f"and plain containers are loaded ({first})") from None
+                             f"and plain containers are loaded ({_refused_global(e)})") from None
     except (RuntimeError, OSError, EOFError, ValueError, AttributeError, ImportError) as e:
         raise ModelFileError(f"{path}: not a readable PyTorch file ({type(e).__name__}: "
                              f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None

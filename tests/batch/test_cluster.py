@@ -170,6 +170,27 @@ def test_skip_existing_after_the_driver_is_killed_writes_only_the_missing(tmp_pa
     assert sorted(p.name for p in out.glob("*_x2.png")) == [f"img{i:02d}_x2.png" for i in range(count)]
 
 
+@pytest.mark.slow
+def test_ray_runs_an_outside_model_and_its_pre_model_as_the_local_run(tmp_path, local_ray, capsys):
+    """Actors get both model files (spandrel's architectures, not sr's) and write the local bytes."""
+    from tests.external.models import save_model, tiny_models
+
+    tiny = tiny_models()  # skips, saying why, without spandrel (the models extra)
+    model = save_model(tiny["compact-x2"], tmp_path / "models").safetensors
+    pre = save_model(tiny["compact-1x"], tmp_path / "models").pth
+    for i in range(3):
+        save(tmp_path / "in" / f"img{i}.png", photo(12, 14, seed=i))
+    flags = ("--pre", str(pre), "--precision", "fp32")
+    assert upscale(tmp_path / "in", tmp_path / "local", model, *flags) == 0
+    assert upscale(tmp_path / "in", tmp_path / "ray", model, *flags, "--ray") == 0
+    assert "3 done, 0 skipped, 0 failed" in capsys.readouterr().out
+    want = files(tmp_path / "local")
+    assert sorted(want) == ["img0_x2.png", "img1_x2.png", "img2_x2.png"]
+    assert files(tmp_path / "ray") == want
+    assert upscale(tmp_path / "in", tmp_path / "plain", model, "--precision", "fp32") == 0
+    assert files(tmp_path / "plain") != want  # the pre model ran on the actors too
+
+
 def test_without_ray_the_flag_says_how_to_install(tmp_path, tiny_x2, monkeypatch, capsys):
     save(tmp_path / "x.png", photo(6, 6))
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
