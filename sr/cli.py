@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from . import __version__
+from .commands.bench import BENCHMARKS  # names only: each benchmark's module loads when it runs
 
 # CLIError lives in sr.errors (commands import it from there); re-exported for older imports
 from .errors import CLIError as CLIError
@@ -27,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "export a training checkpoint's EMA weights to safetensors"),
     "info": ("info", "architecture, params and MACs of a model name or weights file"),
     "serve": ("serve", "run the HTTP service (FastAPI + web page)"),
-    "bench": ("bench", "benchmarks: attention, train, upscale, paths, serve"),
+    "bench": ("bench", f"benchmarks: {', '.join(BENCHMARKS)}"),
 }
 
 
