@@ -72,3 +72,35 @@ def test_user_docs_carry_no_tracker_or_diary_words() -> None:
             for m in DIARY.finditer(prose):
                 found.append(f"{path.relative_to(REPO)}:{number}: {m.group(0)}")
     assert found == []
+
+
+# A repository path in a code span of the user docs: `sr/...`, `tests/...`, `.ci/...` and the like.
+REPO_PATH = re.compile(r"`((?:sr|tests|research|benchmarks|docs|\.ci|weights|data)/[\w./-]*)`")
+
+
+def test_every_repository_path_the_user_docs_name_exists() -> None:
+    """A file the docs send a reader to (a fixture, a script) is still there after a move."""
+    missing = []
+    for path in USER_DOCS:
+        for number, line in enumerate(_text(path).splitlines(), 1):
+            for m in REPO_PATH.finditer(line):
+                if not (REPO / m.group(1).rstrip(".")).exists():
+                    missing.append(f"{path.relative_to(REPO)}:{number}: {m.group(1)}")
+    assert missing == []
+
+
+def _ruff_commands(text: str) -> list[list[str]]:
+    """Each `ruff check ...` in ``text`` (a code span or a line of a code block), as its words."""
+    found = re.findall(r"`(ruff check[^`]*)`", text)
+    found += [ln.strip() for ln in text.splitlines() if ln.strip().startswith("ruff check")]
+    return [cmd.split() for cmd in found]
+
+
+def test_the_documented_lint_command_is_the_one_ci_runs_on_folders_that_exist() -> None:
+    documented = [cmd for path in USER_DOCS for cmd in _ruff_commands(_text(path))]
+    assert documented, "no lint command in the user docs"
+    ci = _ruff_commands(_text(REPO / ".ci" / "run"))
+    for cmd in documented:
+        targets = [word for word in cmd[2:] if not word.startswith("-")]
+        assert targets and all((REPO / t).exists() for t in targets), " ".join(cmd)
+        assert cmd in ci, f"docs say {' '.join(cmd)!r}, .ci/run runs {[' '.join(c) for c in ci]}"
