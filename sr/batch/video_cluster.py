@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..video import VideoError
-from ..video.run import VideoInterrupted, finish, frame_bar, parts_folder, plan_video, result_of
+from ..video.run import finish, frame_bar, interrupted, parts_folder, plan_video, result_of
 
 if TYPE_CHECKING:
     from ..inference import Upscaler
@@ -99,7 +99,7 @@ def run_videos_ray(up: Upscaler, videos: list[Job], stats: Stats, opts: BatchOpt
             continue
         except KeyboardInterrupt:
             if plan is not None:  # what the committed segments keep for the next run
-                stats.warn(str(VideoInterrupted(plan)))
+                stats.warn(str(interrupted(plan)))
             raise
         r = result_of(up, plan, opts, time.perf_counter() - start, model=model, kept=kept)
         r.choice = choice

@@ -199,6 +199,14 @@ class VideoInterrupted(KeyboardInterrupt):
         self.kept = plan.done_frames
 
 
+def interrupted(plan: Plan) -> VideoInterrupted:
+    """The Ctrl-C report of ``plan``. With no finished segment its folder goes: the plan file alone
+    keeps nothing for the next run (which writes it afresh), and "nothing kept" leaves nothing behind."""
+    if not plan.done_frames:
+        shutil.rmtree(parts_folder(plan.out), ignore_errors=True)
+    return VideoInterrupted(plan)
+
+
 def interrupted_message(plan: Plan) -> str:
     """What an interruption kept: the finished segments (whole ones only)."""
     kept, total, n = plan.done_frames, plan.b - plan.a, len(plan.spans)
@@ -256,7 +264,7 @@ def upscale_video(
                                on_frame=lambda: bar.update(1))
         finish(plan)
     except KeyboardInterrupt:
-        raise VideoInterrupted(plan) from None
+        raise interrupted(plan) from None
     finally:
         bar.close()
     result = upscale.last

@@ -253,6 +253,9 @@ def test_interrupting_a_clip_of_one_segment_says_nothing_is_kept(make_clip, tiny
     err = capsys.readouterr().err
     assert (f"{src}: interrupted: nothing kept for the next run (a run resumes by whole segments of "
             f"{seg.SEGMENT_FRAMES} frames, and this video's 5 frames are one segment, unfinished)") in err
+    # and nothing is left: no segment folder holding only its plan
+    assert not parts_folder(tmp_path / "out" / "clip_x2.mp4").exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
 
 
 def test_video_result_rates_count_the_upscaled_frames_only() -> None:
