@@ -197,3 +197,49 @@ def test_healthz_shows_the_decoder_counters_only_with_the_key(make_client) -> No
     assert public.status_code == 200 and public.json()["status"] == "ok" and "sandbox" not in public.json()
     assert "sandbox" not in client.get("/healthz", headers={"X-API-Key": "wrong"}).json()
     assert "decoder" in client.get("/healthz", headers={"X-API-Key": "s3cret-key"}).json()["sandbox"]
+
+
+@pytest.mark.slow
+def test_an_unread_answer_holds_at_most_the_cap_in_the_write_buffer(weights_dir, make_image) -> None:
+    # The server's own connections, sampled while a 7 MB answer waits for a client that does not read
+    import threading
+
+    import uvicorn
+
+    from benchmarks.serve import free_port
+    from sr.service.app import create_app
+    from sr.service.limits import connection_protocol
+    from sr.service.settings import Settings
+
+    cap = 256 * 1024
+    settings = Settings(model="asa-small", weights_dir=weights_dir, device="cpu", threads=1,
+                        max_buffered_bytes=cap, send_timeout_s=3.0)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                                           log_level="warning", http=connection_protocol(settings)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started or httpx.get(f"{base}/readyz").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        image = make_image(1536, 1536, seed=4)
+        body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n\r\n' + image
+                + b"\r\n--b--\r\n")
+        sock = _connect(base, rcvbuf=4096)
+        sock.sendall(b"POST /v1/preview HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; "
+                     b"boundary=b\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        assert _read_response(sock, body=False)[0] == 200
+        buffered = []
+        for _ in range(40):  # 2 s of the answer's wait, before the send timeout
+            buffered += [c.transport.get_write_buffer_size() for c in server.server_state.connections
+                         if c.transport is not None and not c.transport.is_closing()]
+            time.sleep(0.05)
+        assert buffered and max(buffered) <= cap, max(buffered, default=None)
+        assert max(buffered) > 0  # the answer was waiting there: the cap was what held it
+        sock.close()
+    finally:
+        server.should_exit = True
+        thread.join(10)
