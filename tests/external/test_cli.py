@@ -108,6 +108,26 @@ def test_a_gray_model_and_an_rgba_model_on_the_command_line(tmp_path, model_file
         assert got.shape == (32, 36, 3) and levels(got, want) <= 1
 
 
+def test_glob_exif_orientation_and_icc_profile(tmp_path, model_files):
+    from PIL import ImageCms
+
+    path = model_files["span-x2"].pth
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise on display
+    (tmp_path / "in").mkdir()
+    rot = Image.fromarray(as8(photo(10, 20, seed=9)))
+    rot.save(tmp_path / "in" / "rot.jpg", exif=exif.tobytes(), quality=95)
+    icc = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    Image.fromarray(as8(photo(8, 8, seed=10))).save(tmp_path / "in" / "icc.png", icc_profile=icc)
+    save(tmp_path / "in" / "other.png", as8(photo(6, 6)))
+    assert upscale(str(tmp_path / "in" / "[ri]*.*"), "-o", tmp_path / "out", "--model", path) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["icc_x2.png", "rot_x2.png"]  # the glob's
+    with Image.open(tmp_path / "out" / "rot_x2.png") as im:
+        assert im.size == (20, 40)  # displayed 10 wide x 20 high, doubled
+    with Image.open(tmp_path / "out" / "icc_x2.png") as im:
+        assert im.info.get("icc_profile") == icc
+
+
 def test_outscale_width_and_scale(tmp_path, model_files):
     path = model_files["compact-x2"].pth
     save(tmp_path / "x.png", as8(photo(10, 16, seed=6)))
