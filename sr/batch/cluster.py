@@ -242,7 +242,7 @@ def _write(row: dict[str, Any], opts: BatchOptions) -> dict[str, Any]:
     written = Written(problem=problem) if problem else write_output(_job(row), output, opts)
     return {"i": row["i"], "pixels": written.pixels, "problem": written.problem or "",
             "no_budget_map": written.no_budget_map, "model": written.model, "chosen": written.chosen,
-            "choice": written.choice}
+            "choice": written.choice, "ran": written.ran}
 
 
 def visible(inputs: list[str], outdir: str) -> tuple[str, str]:
@@ -435,7 +435,8 @@ class Executor:
                     seen.add(i)
                     stats.record(self.todo[i], Written(int(row["pixels"]), row["problem"] or None,
                                                        bool(row["no_budget_map"]), str(row["model"]),
-                                                       str(row["chosen"]), str(row["choice"])))
+                                                       str(row["chosen"]), str(row["choice"]),
+                                                       ran=str(row["ran"])))
             except Exception as e:  # noqa: BLE001 - e.g. no actor could start: one line, not a traceback
                 lines = [x for x in str(e).splitlines() if x.strip()]
                 last = lines[-1] if lines else type(e).__name__

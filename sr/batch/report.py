@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import AUTO_MODEL
+from ..families import AUTO
 from ..video import is_video
 from .jobs import Job
 from .stages import NO_BUDGET_MAPS, StageTimes, Written
 
 if TYPE_CHECKING:
     from ..inference import Upscaler
+    from ..request import UpscaleRequest
     from ..video.run import VideoResult
 
 # What the batch's lines to stderr start with when the caller names nothing (sr upscale names itself).
@@ -70,7 +72,10 @@ class Stats:
                 self.times.add(written.times)
                 self.timed += 1
             if self.verbose:
-                line = f"{job.src} -> {job.out} ({written.choice or written.model})"
+                # auto's choice and why, then what ran in which number type (per pass, as this
+                # file's size decided it)
+                ran = written.ran or written.model
+                line = f"{job.src} -> {job.out} ({f'{written.choice}: ' if written.choice else ''}{ran})"
                 if written.times is not None:
                     line += f": {written.times.describe()}"
                 self.bar.write(line, file=sys.stdout)
@@ -107,18 +112,42 @@ class OnDisk:
         return sum(stamp not in (None, was) for stamp, was in zip(now, self.before, strict=True))
 
 
-def precision_line(up: Upscaler) -> str:
-    """-v's line on what the network runs in and why, e.g. 'precision: bf16: AVX512_BF16, measured
-    1.9-2.3x fp32 from 800 px; inputs under 0.26 MP run fp32'."""
-    scale = min(up.scales)
-    dtype, why = up.precision_for(scale)  # a large input's
-    line = f"precision: {why}"
-    if up.dtype_for(scale, 1) != dtype:
-        from ..inference.precision import bf16_from_pixels
+def run_scales(up: Upscaler, request: UpscaleRequest | None = None) -> list[int]:
+    """The model scales ``request``'s passes run (--scale 4: [4]; --outscale 8: [2, 4]), from its
+    size options alone; every scale of the engine where each file's size decides (--width/--height)."""
+    from ..inference import UpscaleError
 
-        start = bf16_from_pixels() or 0
-        line += f"; inputs under {start / 1e6:.2f} MP run fp32 (bf16 measured slower there)"
-    return line
+    if request is None or request.width is not None or request.height is not None:
+        return list(up.scales)
+    try:  # with --scale or --outscale the passes do not depend on the input's size
+        return sorted(set(up.plan_size(256, 256, request.scale, request.outscale)[1]))
+    except UpscaleError:
+        return list(up.scales)
+
+
+def precision_lines(up: Upscaler, request: UpscaleRequest | None = None) -> list[str]:
+    """-v's lines on what each network the request runs is, runs in, and why: one per scale it runs,
+    and with model="auto" per side, e.g. 'precision: photo-natural-x4: bf16: AVX512_BF16 (AMD Zen 4),
+    measured 1.7-2.0x fp32 at 96-800 px'. Each file's own line says what it ran in."""
+    from ..inference.auto import AutoEngine
+    from ..inference.precision import bf16_from_pixels
+
+    if isinstance(up, AutoEngine):  # each side decides its own precision, from its own files
+        sides = [(f"{family} side, {what} inputs", up.sides[family])
+                 for family, what in ((AUTO.lossless, "lossless"), (AUTO.lossy, "lossy"))]
+    else:
+        sides = [("", up)]
+    lines = []
+    for scale in run_scales(up, request):
+        for label, engine in sides:
+            dtype, why = engine.precision_for(scale)  # a large input's
+            name = engine.model_name(scale) if hasattr(engine, "model_name") else f"x{scale}"
+            line = f"precision: {name}{f' ({label})' if label else ''}: {why}"
+            if engine.dtype_for(scale, 1) != dtype:
+                start = bf16_from_pixels() or 0
+                line += f"; inputs under {start / 1e6:.2f} MP run fp32 (bf16 measured slower there)"
+            lines.append(line)
+    return lines
 
 
 def summary(stats: Stats, skipped: int, seconds: float, interrupted: bool = False) -> None:

@@ -67,6 +67,7 @@ class Output:
     model: str
     chosen: str = ""  # --model auto: the family this file got ("photo"), else ""
     choice: str = ""  # --model auto: what was chosen and why
+    ran: str = ""  # each network with its number type: "photo-x4 in bf16" (-v's per-file line)
 
     @property
     def pixels(self) -> int:
@@ -103,7 +104,7 @@ def _output(result: UpscaleResult, job: Job, opts: BatchOptions, k_max: float | 
     return Output(pack(result.image, flatten_alpha=jpeg), heat,
                   no_budget_map=job.budget is not None and result.budget_map is None, model=result.model,
                   chosen=choice.model if choice is not None else "",
-                  choice=choice.describe() if choice is not None else "")
+                  choice=choice.describe() if choice is not None else "", ran=result.describe_run())
 
 
 @dataclass
@@ -138,6 +139,7 @@ class Written:
     chosen: str = ""  # --model auto: the family this file got ("photo"), else ""
     choice: str = ""  # --model auto: what was chosen and why ("auto: photo (JPEG, quality ~72)")
     times: StageTimes | None = None  # seconds per stage (the local executor times them)
+    ran: str = ""  # each network with its number type: "photo-x4 in bf16"
 
 
 def write_output(job: Job, output: Output, opts: BatchOptions) -> Written:
@@ -158,4 +160,4 @@ def write_output(job: Job, output: Output, opts: BatchOptions) -> Written:
     except Exception as e:  # noqa: BLE001 - a dead writer would hang the batch: report and go on
         return Written(problem=f"writing failed ({type(e).__name__}: {e})")
     return Written(output.pixels, no_budget_map=output.no_budget_map, model=output.model,
-                   chosen=output.chosen, choice=output.choice)
+                   chosen=output.chosen, choice=output.choice, ran=output.ran)

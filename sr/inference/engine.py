@@ -51,6 +51,17 @@ class UpscaleResult:
     scale: int  # model scale used (the product of the passes when chained)
     seconds: float
     choice: ModelChoice | None = None  # model="auto": which family this input got, and why
+    # per network run, in ``model``'s order: the number type it ran in ("bf16", "fp32", "fp16"), as
+    # decided for this input's size (sr upscale -v's per-file line)
+    precisions: tuple[str, ...] = ()
+
+    def describe_run(self) -> str:
+        """What ran, each network with its number type: 'photo-x4 in bf16', 'asa-base-x4 in bf16 +
+        asa-base-x2 in fp32'; the model name alone when the types are not known."""
+        names = self.model.split("+")
+        if len(names) != len(self.precisions):
+            return self.model
+        return " + ".join(f"{n} in {p}" for n, p in zip(names, self.precisions, strict=True))
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from .devices import available_memory
 from .engine import FAMILY, Plan, SizePlan, StopCheck, UpscaleError, Upscaler, UpscaleResult
 from .model_choice import ModelChoice, Source
 from .passes import Loaded, is_oom, nearest_resize, run_tiles
-from .precision import bf16_from_pixels, choose_dtype, choose_external_dtype, record_name
+from .precision import bf16_from_pixels, choose_dtype, choose_external_dtype, precision_name, record_name
 from .resample import resize_to
 from .tiling import ProgressFn, TileFn, TileGrid, TileTooSmall, min_tile, plan_axis, run_tiled, tile_for
 
@@ -207,6 +207,12 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         return f"{desc.name}@{','.join(parts)}"
 
     # -- what the engine answers -------------------------------------------------------------
+    def model_name(self, scale: int) -> str:
+        """The name the ``scale`` network runs under (as a result's ``model`` says it): the file's, or
+        the denoise/look blend's, e.g. photo-x2@look=0.5."""
+        desc = self._descriptors[scale]
+        return self._blend_name(desc) if self._natural or self._blend_base else desc.name
+
     def check_look(self, passes: list[int]) -> None:
         missing = sorted(set(passes) - set(self._natural)) if self._natural else []
         if missing:
@@ -340,18 +346,20 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         self, pixels: np.ndarray, passes: list[int], want_budget: bool, tta: bool = False,
         should_stop: StopCheck | None = None, out_dtype: type = np.float32,
         progress: ProgressFn | None = None,
-    ) -> tuple[np.ndarray, list[np.ndarray], list[str]]:
-        """Chain the passes; the last one writes ``out_dtype`` (the others feed a pass: float32)."""
-        maps, names = [], []
+    ) -> tuple[np.ndarray, list[np.ndarray], list[str], list[str]]:
+        """Chain the passes; the last one writes ``out_dtype`` (the others feed a pass: float32).
+        Returns the output, the budget maps, and each pass's network name and number type."""
+        maps, names, precisions = [], [], []
         for n, s in enumerate(passes):
             loaded = self._get(s, pixels.shape[0] * pixels.shape[1])
             last = n == len(passes) - 1
             pixels, budget = self._run_pass(loaded, pixels, want_budget, tta, should_stop,
                                             out_dtype if last else np.float32, progress)
             names.append(loaded.name)
+            precisions.append(precision_name(loaded.dtype))
             if budget is not None:
                 maps.append(budget)
-        return pixels, maps, names
+        return pixels, maps, names, precisions
 
     def run_sized(
         self, img: DecodedImage, size: SizePlan, alpha_mode: str, with_budget_map: bool, tta: bool,
@@ -368,14 +376,16 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         exact = (h * math.prod(passes), w * math.prod(passes)) == (out_h, out_w)
         with torch.inference_mode():
             pixels = to_float(pixels)  # decoded float32 as it is; samples (a quantized result) scaled
-            pre_names = []
+            pre_names, pre_precisions = [], []
             if self._pre is not None:  # restoration first, on the input's colour (alpha is not an image)
                 loaded = self._pre_loaded()
                 pixels = self._run_pass(loaded, pixels, False, tta, should_stop, np.float32, progress)[0]
                 pre_names.append(loaded.name)
-            out, maps, names = self._run_passes(pixels, passes, with_budget_map, tta, should_stop,
-                                                samples if exact else np.float32, progress)
-            names = pre_names + names
+                pre_precisions.append(precision_name(loaded.dtype))
+            out, maps, names, precisions = self._run_passes(pixels, passes, with_budget_map, tta,
+                                                            should_stop, samples if exact else np.float32,
+                                                            progress)
+            names, precisions = pre_names + names, pre_precisions + precisions
             if out.shape[:2] != (out_h, out_w):
                 out = np.clip(resize_to(out, out_h, out_w), 0, 1)
             out_alpha = None
@@ -393,5 +403,5 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         return UpscaleResult(
             image=dataclasses.replace(img, pixels=out, alpha=out_alpha),
             budget_map=budget, model="+".join(names), scale=math.prod(passes),
-            seconds=time.perf_counter() - start,
+            seconds=time.perf_counter() - start, precisions=tuple(precisions),
         )

@@ -520,8 +520,11 @@ def test_model_auto_picks_per_file_and_says_so(tmp_path, shipped, capsys):
     assert "a.jpg -> " in capsys.readouterr().out  # the dry run names the choice too
     assert sr(str(src), "-o", str(tmp_path / "auto"), "-v") == 0  # auto is the default
     out = capsys.readouterr().out
-    assert "(auto: photo (JPEG, quality ~72))" in out and "(auto: asa-base (PNG, lossless))" in out
-    assert "(auto: photo (WebP, quality ~" in out and "(auto: asa-base (WEBP, lossless))" in out
+    # the choice and why, then the network that ran and its number type
+    assert "(auto: photo (JPEG, quality ~72): photo-x2 in " in out
+    assert "(auto: asa-base (PNG, lossless): asa-base-x2 in " in out
+    assert "(auto: photo (WebP, quality ~" in out
+    assert "(auto: asa-base (WEBP, lossless): asa-base-x2 in " in out
     assert "auto: asa-base for 2 files, photo for 2 files" in out
     for model in ("photo", "asa-base"):
         assert sr(str(src), "-o", str(tmp_path / model), "--model", model) == 0
@@ -538,7 +541,7 @@ def test_denoise_0_is_asa_base_and_1_is_photo(tmp_path, shipped, capsys):
             "half": ["--model", "photo", "--denoise", "0.5", "-v"]}
     for name, args in runs.items():
         assert sr(str(src), "-o", str(tmp_path / name), *args) == 0
-    assert "(photo-x2@denoise=0.5)" in capsys.readouterr().out
+    assert "(photo-x2@denoise=0.5 in " in capsys.readouterr().out
     img = {name: np.asarray(Image.open(tmp_path / name / "a_x2.png")) for name in runs}
     np.testing.assert_array_equal(img["d0"], img["base"])
     np.testing.assert_array_equal(img["d1"], img["photo"])
@@ -606,12 +609,13 @@ def test_look_0_is_photo_1_is_photo_natural_and_v_names_it(tmp_path, shipped_nat
             "half": ["--model", "photo", "--look", "0.5", "-v"]}
     for name, args in runs.items():
         assert sr(str(src), "-o", str(tmp_path / name), "--precision", "fp32", *args) == 0
-    assert "(photo-x2@look=0.5)" in capsys.readouterr().out
+    assert "(photo-x2@look=0.5 in fp32)" in capsys.readouterr().out
     img = {name: (tmp_path / name / "a_x2.png").read_bytes() for name in runs}
     assert img["l0"] == img["photo"] and img["l1"] == img["natural"]
     assert len({img["photo"], img["natural"], img["half"]}) == 3
     assert sr(str(jpg), "-o", str(tmp_path / "auto"), "--look", "0.5", "--denoise", "0.5", "-v") == 0
-    assert "(auto: photo, denoise 0.5, look 0.5 (JPEG, quality ~72))" in capsys.readouterr().out
+    assert ("(auto: photo, denoise 0.5, look 0.5 (JPEG, quality ~72): photo-x2@denoise=0.5,look=0.5 in "
+            in capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("value", ["2", "-0.5", "nan", "abc"])
