@@ -1,7 +1,8 @@
 """The package layout and a build hook (everything else is configured in pyproject.toml).
 
 Packages: ``sr`` and its sub-packages (the HTTP service is sr/service/, with its web page in
-sr/service/static/).
+sr/service/static/; the fused attention kernel's C++ source, compiled at first use, in
+sr/models/attention/).
 
 Build hook: ship weights/ inside the wheel. The top-level weights/ folder is where the project keeps
 its exported weights and model card; a wheel has no top level of its own, so the build copies the
@@ -29,6 +30,6 @@ class BuildPyWithWeights(build_py):
 
 setup(
     packages=find_packages(include=["sr", "sr.*"]),
-    package_data={"sr.service": ["static/*"]},
+    package_data={"sr.service": ["static/*"], "sr.models.attention": ["*.cpp"]},
     cmdclass={"build_py": BuildPyWithWeights},
 )

@@ -11,9 +11,11 @@ channels-last layout and attention path) on one tile of a photograph, twice:
 The attention's share is ``(forward - conv body) / forward``: what the attention blocks add to a
 forward (their q/k/v and output convs, routing, gathers, attention and upsampling). A third arm,
 **core free**, runs the whole network with the routed attention's core (the tiered path's gathers,
-scores, softmax, weighted sums and scatter: :func:`~sr.models.attention.routing.tiered_attention`)
+scores, softmax, weighted sums and scatter: :func:`~sr.models.attention.routing.region_attention`)
 replaced by zeros of its output's shape: its share is what would remain if a kernel for the core
-cost nothing, i.e. the floor that no faster core can go below. The conv body's
+cost nothing, i.e. the floor that no faster core can go below. Where the fused kernel runs
+(:mod:`sr.models.attention.native`), a fourth arm, **tiered**, runs the whole network on the tiered
+SDPA path it replaces (the fallback), so one run gives the share before and after. The conv body's
 convolutions are counted (multiply-accumulates per conv from its output size, kernel and groups) and
 divided by the conv body's time: the achieved conv TFLOP/s, shown against the CPU's measured GEMM
 peak in the same dtype and thread count (a large square matmul, ``--peak-size``), which is what
@@ -42,7 +44,7 @@ from torch import nn
 from sr.errors import CLIError
 from sr.inference.engine import UpscaleError, Upscaler
 from sr.inference.precision import DTYPES
-from sr.models.attention import AttentionBranch, routing
+from sr.models.attention import AttentionBranch, native, routing
 
 from .attention import Clock, run_config
 from .tooling import set_threads, write_json
@@ -61,6 +63,8 @@ class CostRow:
     attention_share: float  # (forward - body) / forward
     free_core_ms: float  # the forward with the routed core replaced by zeros
     free_core_share: float  # (free core - body) / free core: the share no faster core removes
+    tiered_ms: float  # the forward on the tiered path (equal to the forward where the kernel does not run)
+    tiered_share: float  # (tiered - body) / tiered: the share before the fused kernel
     conv_gmacs: float  # multiply-accumulates of the conv body's convolutions, 1e9
     conv_tflops: float  # 2 * conv MACs / body time
     peak_tflops: float  # the CPU's measured GEMM peak in this dtype
@@ -113,18 +117,18 @@ def attention_bypassed(net: nn.Module) -> Iterator[int]:
 
 @contextlib.contextmanager
 def routed_core_free() -> Iterator[None]:
-    """While inside, the tiered routed attention's core returns zeros at once (its output's shape and
-    dtype): what is left of a forward is everything around the core."""
-    original = routing.tiered_attention
+    """While inside, the routed attention's core (fused or tiered) returns zeros at once (its output's
+    shape and dtype): what is left of a forward is everything around the core."""
+    original = routing.region_attention
 
     def free(q_rows: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
         return torch.zeros_like(q_rows)
 
-    routing.tiered_attention = free  # routed_attention looks it up in its module at each call
+    routing.region_attention = free  # routed_attention looks it up in its module at each call
     try:
         yield
     finally:
-        routing.tiered_attention = original
+        routing.region_attention = original
 
 
 @torch.no_grad()
@@ -183,9 +187,9 @@ def centre_tile(picture: torch.Tensor, side: int) -> torch.Tensor:
     return picture[:, :, top : top + side, left : left + side]
 
 
-def measure(net: nn.Module, x: torch.Tensor, clock: Clock, rounds: int) -> tuple[float, float, float]:
-    """(forward, conv body, core free) seconds: medians of ``rounds`` interleaved rounds, order
-    alternating."""
+def measure(net: nn.Module, x: torch.Tensor, clock: Clock, rounds: int) -> tuple[float, float, float, float]:
+    """(forward, conv body, core free, tiered) seconds: medians of ``rounds`` interleaved rounds, order
+    alternating; tiered is the forward itself where the kernel does not run."""
     def forward() -> object:
         return net(x)
 
@@ -197,7 +201,14 @@ def measure(net: nn.Module, x: torch.Tensor, clock: Clock, rounds: int) -> tuple
         with routed_core_free():
             return net(x)
 
+    def tiered() -> object:
+        with native.tiered_only():
+            return net(x)
+
     arms: dict[str, Callable[[], object]] = {"forward": forward, "body": body, "core_free": core_free}
+    kernel_runs = isinstance(native.kernel(), native.Kernel)
+    if x.device.type == "cpu" and x.dtype in native.DTYPE_CODES and kernel_runs:
+        arms["tiered"] = tiered  # the kernel runs: time the path it replaced too
     for fn in arms.values():
         fn()  # warm-up: kernel choice, allocator
     times: dict[str, list[float]] = {k: [] for k in arms}
@@ -205,7 +216,9 @@ def measure(net: nn.Module, x: torch.Tensor, clock: Clock, rounds: int) -> tuple
         order = list(arms) if r % 2 == 0 else list(reversed(arms))
         for name in order:
             times[name].append(clock(arms[name]))
-    return tuple(statistics.median(times[name]) for name in arms)  # type: ignore[return-value]
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    fwd = medians["forward"]
+    return fwd, medians["body"], medians["core_free"], medians.get("tiered", fwd)
 
 
 def cost_row(name: str, precision: str, tile: int, net: nn.Module, picture: torch.Tensor, clock: Clock,
@@ -215,23 +228,25 @@ def cost_row(name: str, precision: str, tile: int, net: nn.Module, picture: torc
     with torch.inference_mode():
         with attention_bypassed(net) as blocks:
             macs = conv_macs(net, x)
-        fwd, body, free = measure(net, x, clock, rounds)
+        fwd, body, free, tiered = measure(net, x, clock, rounds)
     return CostRow(
         model=name, precision=precision, tile=tile, forward_ms=fwd * 1e3, body_ms=body * 1e3,
         attention_share=max(0.0, (fwd - body) / fwd), free_core_ms=free * 1e3,
-        free_core_share=max(0.0, (free - body) / free), conv_gmacs=macs / 1e9,
+        free_core_share=max(0.0, (free - body) / free), tiered_ms=tiered * 1e3,
+        tiered_share=max(0.0, (tiered - body) / tiered), conv_gmacs=macs / 1e9,
         conv_tflops=2 * macs / max(body, 1e-9) / 1e12, peak_tflops=peak, attention_blocks=blocks,
     )
 
 
 def table(rows: list[CostRow]) -> str:
     head = ("| model | precision | tile | forward ms | conv body ms | attention share | share, core free "
-            "| conv TFLOP/s | of GEMM peak |")
-    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+            "| tiered ms | share, tiered | conv TFLOP/s | of GEMM peak |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r.model} | {r.precision} | {r.tile}^2 | {r.forward_ms:.1f} | {r.body_ms:.1f} "
-            f"| {100 * r.attention_share:.0f}% | {100 * r.free_core_share:.0f}% | {r.conv_tflops:.2f} "
+            f"| {100 * r.attention_share:.1f}% | {100 * r.free_core_share:.1f}% | {r.tiered_ms:.1f} "
+            f"| {100 * r.tiered_share:.1f}% | {r.conv_tflops:.2f} "
             f"| {100 * r.conv_tflops / r.peak_tflops:.0f}% of {r.peak_tflops:.2f} |"
         )
     return "\n".join(lines)
@@ -261,7 +276,8 @@ def run(args: argparse.Namespace) -> int:
     picture = load_picture(args.image)
     peaks = {p: gemm_peak_tflops(DTYPES[p], clock, args.peak_size) for p in precisions}
     print(f"cost of one LR tile on {device}, {torch.get_num_threads()} threads, {args.clock} clock, "
-          f"median of {args.rounds} interleaved rounds; GEMM peak "
+          f"median of {args.rounds} interleaved rounds; attention kernel: {native.kernel_status()}; "
+          "GEMM peak "
           + ", ".join(f"{p} {v:.2f} TFLOP/s" for p, v in peaks.items()), flush=True)
     rows: list[CostRow] = []
     for name in _names(args.models, "models"):
@@ -278,9 +294,11 @@ def run(args: argparse.Namespace) -> int:
                 row = cost_row(name, precision, tile, net, picture, clock, args.rounds, peaks[precision])
                 rows.append(row)
                 print(f"  {name} {precision} {tile}^2: forward {row.forward_ms:.1f} ms, "
-                      f"body {row.body_ms:.1f} ms, core free {row.free_core_ms:.1f} ms", flush=True)
+                      f"body {row.body_ms:.1f} ms, core free {row.free_core_ms:.1f} ms, "
+                      f"tiered {row.tiered_ms:.1f} ms", flush=True)
     print(table(rows))
     if args.json:
         write_json(args.json, {"config": run_config(args, device), "peaks_tflops": peaks,
+                               "attention_kernel": native.kernel_status(),
                                "rows": [asdict(r) for r in rows]})
     return 0

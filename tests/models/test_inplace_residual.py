@@ -3,8 +3,9 @@
 With grad enabled the blocks take the out-of-place path (``x + y``) that training needs; under
 no_grad / inference_mode they add into the branch's fresh output. IEEE addition commutes, so the
 two must agree exactly, in fp32 and bf16, and the network's input must be left untouched. The
-fused conv epilogues (``sr.models.fused``, rounding once in bf16) are off here: tests/models/test_fused.py
-covers them.
+fused conv epilogues (``sr.models.fused``, rounding once in bf16) and the fused attention kernel
+(``sr.models.attention.native``, which only inference takes) are off here: tests/models/test_fused.py
+and tests/models/test_fused_routed.py cover them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 
 from sr.models import fused
-from sr.models.attention import AttentionBranch, set_attention_path
+from sr.models.attention import AttentionBranch, native, set_attention_path
 from sr.models.registry import build_model
 from sr.weights import WEIGHTS_DIR, load_model
 
@@ -24,6 +25,8 @@ SHIPPED = [f"{family}-x{s}" for family in ("asa-base", "asa-deep", "photo") for 
 @pytest.fixture(autouse=True)
 def unfused(monkeypatch):
     monkeypatch.setattr(fused, "_pointwise_op", lambda: None)
+    with native.tiered_only():
+        yield
 
 
 def _both_paths(net: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import native
 from .common import from_head_regions, large_negative, to_head_regions
 
 
@@ -226,9 +227,19 @@ def routed_attention(
     if stats is not None and "routes" in stats:
         stats["routes"].append(idx)
     tokens = region_token_ids(b, h, w, p, q.device)  # (B*N, P)
-    rows = tiered_attention(token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_int, heads,
-                            stats=stats)
+    rows = region_attention(token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_int, heads, stats)
     return from_token_rows(rows, b, h, w)
+
+
+def region_attention(
+    q_rows: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, tokens: torch.Tensor,
+    idx: torch.Tensor, k_int: torch.Tensor, heads: int, stats: dict | None = None,
+) -> torch.Tensor:
+    """:func:`tiered_attention`'s output, through the fused CPU kernel where it runs (:mod:`.native`:
+    CPU, fp32 or bf16, eager inference, the kernel built), else through :func:`tiered_attention`."""
+    if native.usable(q_rows):
+        return native.fused_routed_attention(q_rows, k_rows, v_rows, tokens, idx, k_int, heads, stats)
+    return tiered_attention(q_rows, k_rows, v_rows, tokens, idx, k_int, heads, stats=stats)
 
 
 def static_topk(qc: torch.Tensor, kc: torch.Tensor, k: int) -> torch.Tensor:
