@@ -202,6 +202,53 @@ def test_16_bit_input_gives_16_bit_samples(model_files):
     assert np.abs(res.image.pixels.astype(np.float64) / 65535 - want).max() <= 1 / 65535
 
 
+# -- tta and requests --------------------------------------------------------------------------
+@pytest.mark.parametrize("key", ["esrgan-x2", "swinir-x2", "dncnn-gray"])
+def test_tta_is_the_mean_of_spandrels_call_over_the_8_views(key, model_files):
+    files = model_files[key]
+    x = photo(18, 18, seed=16)  # square: every view has the same shape
+    if files.scale == 1:  # a 1x model runs with tta as --pre, before a plain upscaler
+        up, after = engine(model_files["compact-x2"].pth, pre=files.pth), model_files["compact-x2"].pth
+    else:
+        up, after = engine(files.pth), None
+    res = up.upscale(DecodedImage(x), tta=True)
+    views = []
+    for turns in range(4):
+        for flip in (False, True):
+            v = np.rot90(x, turns)
+            v = v[:, ::-1] if flip else v
+            y = spandrel_rgb(files.pth, np.ascontiguousarray(v), files.tiny.channels)
+            y = y[:, ::-1] if flip else y
+            views.append(np.rot90(y, -turns))
+    want = np.clip(np.mean(views, axis=0), 0, 1)
+    if after is not None:  # the pre pass's tta mean, then the upscaler's own tta mean
+        views = []
+        for turns in range(4):
+            for flip in (False, True):
+                v = np.rot90(want, turns)
+                v = v[:, ::-1] if flip else v
+                y = spandrel_call(after, np.ascontiguousarray(v))
+                y = y[:, ::-1] if flip else y
+                views.append(np.rot90(y, -turns))
+        want = np.clip(np.mean(views, axis=0), 0, 1)
+    np.testing.assert_allclose(res.image.pixels, want, rtol=0, atol=1e-5)
+    plain = up.upscale(DecodedImage(x)).image.pixels
+    assert np.abs(plain - want).max() > 1e-3  # the views differ: the mean is not one call
+
+
+def test_an_engine_for_a_request_runs_its_model_and_pre_model(model_files):
+    from sr.request import UpscaleRequest
+
+    m, p = model_files["span-x2"], model_files["nafnet"]
+    request = UpscaleRequest(model=str(m.pth), pre=str(p.safetensors), precision="fp32")
+    up = Upscaler.for_request(request, device="cpu", threads=1, tile=None)
+    x = photo(16, 20, seed=17)
+    res = up.run(DecodedImage(x), request)
+    want = spandrel_call(m.pth, np.clip(spandrel_call(p.pth, x), 0, 1))
+    np.testing.assert_allclose(res.image.pixels, want, rtol=0, atol=1e-5)
+    assert res.model == "nafnet+span-x2" and up.precision_for(2)[0] == torch.float32
+
+
 # -- sizes -------------------------------------------------------------------------------------
 def test_outscale_and_width_resize_the_models_output(model_files):
     up = engine(model_files["compact-x2"].pth)
