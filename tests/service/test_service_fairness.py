@@ -206,3 +206,38 @@ def test_clients_that_obey_retry_after_wait_within_2x_of_it() -> None:
     pool.shutdown()
     assert len(ratios) >= 4, ratios  # most requests met a full queue
     assert max(ratios) <= 2.0, sorted(ratios)
+
+
+def test_the_large_lane_serves_the_requests_address_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Intake.probe takes its turn by the request's address (jobs.CURRENT_CLIENT, set by UploadAdmission):
+    # six big uploads from one address, then one from another, which is read second.
+    from sr.service.intake import SMALL_UPLOAD_BYTES, Intake
+    from sr.service.jobs import CURRENT_CLIENT
+    from sr.service.sandbox import Probe
+
+    intake = Intake(memory_bytes=512 * 2**20, cpu_s=2, wall_s=10)  # not started: the read is a stand-in
+    order: list[str] = []
+
+    def read(data: bytes, max_pixels: int | None = None) -> Probe:
+        order.append(data[:2].decode())
+        time.sleep(0.05)  # a header read that takes a while
+        return Probe(width=1, height=1, orientation=1)
+
+    monkeypatch.setattr(intake.large, "probe", read)
+    big = SMALL_UPLOAD_BYTES + 1
+
+    async def upload(client: str, name: str) -> None:
+        CURRENT_CLIENT.set(client)  # each task has its own context, as each request does
+        await intake.probe(name.encode() + bytes(big), None)
+
+    async def main() -> None:
+        tasks = []
+        for i in range(1, 7):
+            tasks.append(asyncio.ensure_future(upload("10.0.0.1", f"a{i}")))
+            await asyncio.sleep(0)
+        tasks.append(asyncio.ensure_future(upload("10.0.0.2", "b1")))
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    intake.close()
+    assert order == ["a1", "b1", "a2", "a3", "a4", "a5", "a6"]
