@@ -150,6 +150,17 @@ def precision_lines(up: Upscaler, request: UpscaleRequest | None = None) -> list
     return lines
 
 
+def kernel_line(up: Upscaler) -> str | None:
+    """-v's line on what runs the routed attention's core, where the engine's networks have routed
+    attention on the CPU's tiered path: 'attention kernel: fused C++ (AVX-512, built <date>)' or
+    'attention kernel: fallback: tiered SDPA (<reason>)' (building the kernel if it is not built yet)."""
+    if up.device.type != "cpu" or up.attention_path != "tiered" or up.k_max is None:
+        return None
+    from ..models.attention.native import kernel_status
+
+    return f"attention kernel: {kernel_status()}"
+
+
 def summary(stats: Stats, skipped: int, seconds: float, interrupted: bool = False) -> None:
     rate = stats.out_pixels / 1e6 / seconds if seconds > 0 else 0.0
     head = "interrupted: " if interrupted else ""

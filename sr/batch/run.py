@@ -16,7 +16,7 @@ from ..shipped import missing_model
 from .errors import BatchError
 from .jobs import MISSING, Job, collect_inputs, default_suffix, plan_outputs, prepare_output_folder
 from .options import BatchOptions
-from .report import DEFAULT_PROG, OnDisk, Stats, dry_run, precision_lines, summary
+from .report import DEFAULT_PROG, OnDisk, Stats, dry_run, kernel_line, precision_lines, summary
 from .stages import make_upscaler
 
 if TYPE_CHECKING:
@@ -121,8 +121,9 @@ def run_batch(opts: BatchOptions, prog: str = DEFAULT_PROG) -> int:
             executor.check_workers()  # the workers see the inputs and can write the outputs
         stats = Stats(len(todo) + len(videos), verbose=opts.verbose, prog=prog)
         if opts.verbose and not on_ray:  # Ray's actors decide on their own CPUs (each file's line says)
-            for line in precision_lines(up, opts.request):
-                stats.bar.write(line, file=sys.stdout)
+            for line in [*precision_lines(up, opts.request), kernel_line(up)]:
+                if line:
+                    stats.bar.write(line, file=sys.stdout)
         for job in jobs:
             if job.problem is not None:
                 stats.warn(f"{job.src}: {job.problem}")

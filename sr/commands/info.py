@@ -232,6 +232,10 @@ def describe(desc: ModelDescriptor, hw: tuple[int, int]) -> list[tuple[str, str]
         ("MACs", _macs_line(model, hw)),
         ("CPU precision", _cpu_precision(desc)),
     ]
+    if cfg.attention in ("topk", "adaptive"):  # what runs the routed attention's core on the CPU here
+        from ..models.attention.native import kernel_status
+
+        rows.append(("attention kernel", kernel_status()))
     if meta:
         for key, label in META_FIELDS.items():
             if key in meta:

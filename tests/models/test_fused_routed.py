@@ -237,3 +237,21 @@ def test_a_kernel_that_disagrees_is_not_used(built, monkeypatch, fresh_kernel_st
     monkeypatch.setattr(native, "call", lambda *a, **kw: real_call(*a, **kw) + 1e-3)
     status = native.kernel_status()
     assert status.startswith("fallback: tiered SDPA (its output on a check problem differs")
+
+
+def test_info_and_verbose_name_the_path_that_runs(monkeypatch, capsys):
+    """`sr info NAME` (routed attention only) and `sr upscale -v` (CPU, tiered path) say which core runs."""
+    from sr.batch.report import kernel_line
+    from sr.cli import main
+    from sr.inference import Upscaler
+
+    monkeypatch.setattr(native, "kernel", lambda: native.Unavailable("simulated"))
+    assert main(["info", "asa-base-x2"]) == 0
+    lines = [ln.split(None, 2) for ln in capsys.readouterr().out.splitlines() if "attention kernel" in ln]
+    assert lines == [["attention", "kernel", "fallback: tiered SDPA (simulated)"]]
+    assert main(["info", "photo-conv-x2"]) == 0
+    assert "attention kernel" not in capsys.readouterr().out  # no routed attention: no line
+    line = kernel_line(Upscaler("asa-base", device="cpu"))
+    assert line == "attention kernel: fallback: tiered SDPA (simulated)"
+    assert kernel_line(Upscaler("asa-base", device="cpu", attention_path="static")) is None
+    assert kernel_line(Upscaler("photo-conv", device="cpu")) is None
