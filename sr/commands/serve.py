@@ -8,6 +8,7 @@ not uvicorn worker processes: each of those would load its own copy of the model
 from __future__ import annotations
 
 import argparse
+import glob
 import ipaddress
 import socket
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from .. import AUTO_MODEL, DEFAULT_CHOICE, NEAR_LOSSLESS_QUALITY, PHOTO_MODEL
 from ..errors import CLIError
+from ..shipped import is_model_path
 from .precision import add_precision_argument
 from .weights_dir import add_weights_dir_argument
 
@@ -81,6 +83,10 @@ def check_model(settings) -> None:
     from sr.service.hub import ModelHub, UnknownModelError
 
     hub = ModelHub(settings)
+    if hub.default not in hub.families() and settings.models_dir is not None and any(
+            p.stem == hub.default and is_model_path(p)
+            for p in settings.models_dir.glob(f"{glob.escape(hub.default)}.*")):
+        return  # a file of the models folder: read once, by the app, before /readyz says ready
     try:
         hub.resolve(hub.default)
         hub.engine(hub.default)

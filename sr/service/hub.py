@@ -361,8 +361,9 @@ class ModelHub:
         try:
             self.dir_models()  # the models folder, read before the hub says ready
             if self.default not in self.families() and self.default not in self.dir_models():
+                where = "weights folder" + (" or the models folder" if self.settings.models_dir else "")
                 raise UnknownModelError(
-                    f"model {self.settings.model!r} not found in the weights folder "
+                    f"model {self.settings.model!r} not found in the {where} "
                     f"(available: {', '.join(self.families()) or 'none'})")
             up = self.engine(self.default)
             if self.settings.preload:

@@ -321,6 +321,26 @@ def test_settings_and_flags(models_dir, tmp_path) -> None:
         serve.run(missing)
 
 
+def test_a_models_folder_file_as_the_default_model(make_client, models_dir, caplog) -> None:
+    from sr.commands.serve import check_model
+
+    caplog.set_level(logging.INFO, "sr.service")
+    settings = Settings(model="compact-x2", models_dir=models_dir, device="cpu")
+    check_model(settings)  # before the port is bound: the file is there; the app reads the folder, once
+    assert not any("skipped" in r.getMessage() for r in caplog.records)
+    from sr.errors import CLIError
+
+    with pytest.raises(CLIError, match="model 'nope' not found"):
+        check_model(Settings(model="nope", models_dir=models_dir, device="cpu"))
+    client = make_client(model="compact-x2", models_dir=models_dir)
+    assert client.get("/readyz").json()["model"] == "compact-x2"
+    families = {f["name"]: f for f in client.get("/v1/models").json()["families"]}
+    assert families["compact-x2"]["default"] and not families["asa-small"]["default"]
+    r = _upscale(client, image_bytes())
+    assert r.status_code == 200 and r.headers["X-Model"] == "compact-x2"
+    assert client.app.state.service.hub.cost("compact-x2") == (1.0, 0.0)  # the calibrated model itself
+
+
 def test_page_offers_the_pre_choices(make_client, models_dir) -> None:
     client = make_client(models_dir=models_dir)
     page = client.get("/").text
