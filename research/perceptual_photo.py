@@ -93,12 +93,13 @@ def evaluate(
         hr = load_hr(hr_path)
         p, _, sr = score_lr(hr, load_hr(lr_path), upscale, scale)
         hr_c, sr_c = perceptual_crop(hr, sr, scale)  # as sr eval --metrics crops
-        row = {"psnr": p, **score_perceptual(metrics, hr_c, sr_c)}
+        row = {"psnr": p, **score_perceptual(metrics, hr_c, sr_c, scale)}
         rows.append(row)
         flat = flat_ratio(hr_c, sr_c)
         if flat is not None:
             flat_num, flat_den = flat_num + flat[0], flat_den + flat[1]
-    means = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+    # nanmean: lattice is NaN (not scored) on an image with too little smooth area, as in sr eval
+    means = {k: float(np.nanmean([r[k] for r in rows])) for k in rows[0]}
     means["flat"] = flat_num / flat_den if flat_den else float("nan")
     means["images"] = len(rows)
     return means

@@ -9,9 +9,10 @@ and level the seeded set of :mod:`sr.evaluation.degraded` is built in (or reused
 (default ``runs/degraded``, the layout of ``sr degrade -o``) and scored as ``--lr`` folders against
 the clean HR, with a "blind mean" row (mild/medium/heavy) per HR folder.
 
-``--metrics psnr,ssim,haarpsi,cvvdp,brisque`` adds perceptual metrics (:mod:`sr.evaluation.perceptual`,
-the optional extra ``.[perceptual]``) as columns of every table and file; they are parsed and their
-packages imported before any folder is read or the model loaded.
+``--metrics psnr,ssim,haarpsi,cvvdp,brisque,lattice`` adds perceptual metrics
+(:mod:`sr.evaluation.perceptual`; all but lattice from the optional extra ``.[perceptual]``) as columns
+of every table and file; they are parsed and their packages imported before any folder is read or the
+model loaded.
 """
 
 from __future__ import annotations
@@ -67,8 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--metrics", metavar="LIST",
-        help="comma list of psnr, ssim (always scored), haarpsi, cvvdp, brisque: perceptual metrics "
-             "on the RGB output as extra columns (needs the perceptual extra; docs/evaluation.md)",
+        help="comma list of psnr, ssim (always scored), haarpsi, cvvdp, brisque, lattice: perceptual "
+             "metrics on the RGB output as extra columns (haarpsi, cvvdp and brisque need the "
+             "perceptual extra; docs/evaluation.md)",
     )
     p.add_argument("--json", metavar="FILE", help="write per-image and per-set results as JSON")
     p.add_argument("--csv", metavar="FILE", help="write per-image and per-set results as CSV")
@@ -124,7 +126,7 @@ def parse_metric_choice(text: str | None) -> tuple[str, ...]:
 # -- printing ---------------------------------------------------------------------------------------
 
 # table headers of the perceptual metrics (--json/--csv use the metric names)
-HEADERS = {"haarpsi": "HaarPSI", "cvvdp": "CVVDP", "brisque": "BRISQUE"}
+HEADERS = {"haarpsi": "HaarPSI", "cvvdp": "CVVDP", "brisque": "BRISQUE", "lattice": "Lattice"}
 
 
 def _extra(metrics: tuple[str, ...], values: dict[str, float]) -> str:
@@ -154,6 +156,8 @@ def _describe_metrics(metrics: tuple[str, ...]) -> str:
         "haarpsi": "HaarPSI (1 = identical)",
         "cvvdp": f"CVVDP (JOD, {CVVDP_DISPLAY} display; 10 = no visible difference)",
         "brisque": "BRISQUE (SR alone; lower = more natural)",
+        "lattice": "Lattice (grey levels of a pattern locked to the LR grid, on HR's smooth parts; lower "
+                   "= less)",
     }
     return f"perceptual, on RGB with the same crop: {', '.join(how[m] for m in metrics)}"
 

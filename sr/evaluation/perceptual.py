@@ -1,8 +1,9 @@
-"""Perceptual metrics beside PSNR/SSIM: HaarPSI, ColorVideoVDP (JOD) and BRISQUE.
+"""Perceptual metrics beside PSNR/SSIM: HaarPSI, ColorVideoVDP (JOD), BRISQUE and a fixed-pattern
+(lattice) amplitude.
 
-They come from the optional extra ``pip install '.[perceptual]'`` (piq, cvvdp, brisque); asking for
-one without it is a :class:`PerceptualUnavailable` that says what to install. The protocol, the same
-for every model and peer so the figures compare:
+The first three come from the optional extra ``pip install '.[perceptual]'`` (piq, cvvdp, brisque);
+asking for one without it is a :class:`PerceptualUnavailable` that says what to install; ``lattice``
+needs only numpy and scipy. The protocol, the same for every model and peer so the figures compare:
 
 - every metric sees the whole RGB image (uint8, sRGB), the SR output cropped like HR to a multiple of
   the scale and ``scale`` pixels cut from each border (as PSNR's crop); gray images are repeated to RGB;
@@ -11,7 +12,12 @@ for every model and peer so the figures compare:
   monitor, 200 cd/m^2, office light, seen from 0.6 m), in JOD (10 = no visible difference; higher is
   better); it runs on the CPU, ~0.5 s per 0.5 MP pair;
 - ``brisque``: the ``brisque`` package's bundled SVM on the SR image alone (no reference; lower is
-  more natural).
+  more natural);
+- ``lattice``: the amplitude, in grey levels of Y, of a pattern locked to the LR pixel grid (the dot
+  lattice a sub-pixel upsampler can stamp): SR's luminance high-pass (Y minus its Gaussian blur of
+  sigma 2) averaged per output phase (row mod scale, column mod scale) over HR's smooth parts (local
+  standard deviation of Y under 4 grey levels), then the standard deviation of the scale * scale phase
+  means (lower is better; a clean HR scores a few hundredths, its own JPEG blocks included).
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ class Metric:
     package: str
     higher_is_better: bool
     needs_reference: bool
-    score: Callable[[np.ndarray, np.ndarray], float]
+    score: Callable[..., float]  # (HR, SR), and the scale where ``needs_scale``
+    needs_scale: bool = False
 
 
 def _rgb(img: np.ndarray) -> np.ndarray:
@@ -126,10 +133,55 @@ def _brisque(hr: np.ndarray, sr: np.ndarray) -> float:
     return float(model.calculate_image_quality_score(np.array(features, dtype=np.float64)))
 
 
+# The lattice measure's constants. Sigma 2 passes the 2-4 px period of a per-LR-pixel pattern at x2-x4
+# into the high-pass and keeps broader shading out of it. A 7 x 7 window (about the blur's own reach)
+# with a standard deviation under 4 grey levels is sky, wall or skin: where such a pattern shows and
+# the image itself has almost nothing at the LR grid's period. A phase mean over fewer than
+# LATTICE_MIN_PIXELS smooth pixels is noise, so an image with too little smooth area scores NaN (not
+# scored) rather than a number that measures its texture.
+LATTICE_SIGMA = 2.0
+LATTICE_WINDOW = 7
+LATTICE_SMOOTH_STD = 4.0
+LATTICE_MIN_PIXELS = 32
+
+
+def _luma(img: np.ndarray) -> np.ndarray:
+    # uint8 gray or RGB -> Y in grey levels (MATLAB rgb2ycbcr, as PSNR's Y; gray as it is)
+    from ..metrics import rgb_to_y
+
+    return img.astype(np.float64) if img.ndim == 2 else rgb_to_y(img[:, :, :3])
+
+
+def lattice(hr: np.ndarray, sr: np.ndarray, scale: int) -> float:
+    """The fixed-pattern amplitude of ``sr`` at period ``scale`` (grey levels; NaN where HR has too
+    little smooth area), as the module docstring defines it. ``hr`` and ``sr`` are uint8 images of one
+    size whose top-left pixel is phase (0, 0) of the LR grid (the perceptual crop cuts ``scale``
+    pixels, so it keeps the phases)."""
+    from scipy.ndimage import gaussian_filter, uniform_filter
+
+    if scale < 1:
+        raise ValueError(f"lattice needs a scale of 1 or more, got {scale}")
+    y_hr, y_sr = _luma(hr), _luma(sr)
+    high = y_sr - gaussian_filter(y_sr, LATTICE_SIGMA, mode="reflect")
+    mean = uniform_filter(y_hr, LATTICE_WINDOW, mode="reflect")
+    var = uniform_filter(y_hr * y_hr, LATTICE_WINDOW, mode="reflect") - mean * mean
+    smooth = var < LATTICE_SMOOTH_STD**2
+    means = []
+    for i in range(scale):
+        for j in range(scale):
+            m = smooth[i::scale, j::scale]
+            if m.sum() < LATTICE_MIN_PIXELS:
+                return float("nan")
+            means.append(high[i::scale, j::scale][m].mean())
+    return float(np.std(means))
+
+
 METRICS: dict[str, Metric] = {
     "haarpsi": Metric("haarpsi", "piq", True, True, _haarpsi),
     "cvvdp": Metric("cvvdp", "cvvdp", True, True, _cvvdp),
     "brisque": Metric("brisque", "brisque", False, False, _brisque),
+    # numpy and scipy, which sr itself needs: nothing to install
+    "lattice": Metric("lattice", "sr", False, True, lattice, needs_scale=True),
 }
 BASE_METRICS = ("psnr", "ssim")  # always computed: the protocol's own two
 
@@ -142,7 +194,7 @@ def parse_metrics(text: str) -> tuple[str, ...]:
     """
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     if not names:
-        raise ValueError("no metric named; give e.g. psnr,ssim,haarpsi,cvvdp,brisque")
+        raise ValueError("no metric named; give e.g. psnr,ssim,haarpsi,cvvdp,brisque,lattice")
     unknown = [n for n in names if n not in METRICS and n not in BASE_METRICS]
     if unknown:
         raise ValueError(f"unknown metric(s) {', '.join(unknown)}; choose from "
@@ -156,6 +208,8 @@ def parse_metrics(text: str) -> tuple[str, ...]:
 def check_available(name: str) -> None:
     """Raise :class:`PerceptualUnavailable` unless the metric's package (and what it needs) imports."""
     metric = METRICS[name]
+    if metric.package == "sr":
+        return
     if metric.package == "piq":
         _import("piq", "piq")
     elif metric.package == "cvvdp":
@@ -171,8 +225,17 @@ def min_side(names: tuple[str, ...]) -> int:
     return HAARPSI_MIN_SIDE if "haarpsi" in names else 0
 
 
-def score_perceptual(names: tuple[str, ...], hr: np.ndarray, sr: np.ndarray) -> dict[str, float]:
-    """Each named metric of one (HR, SR) pair, both uint8 and already cropped alike."""
+def score_perceptual(
+    names: tuple[str, ...], hr: np.ndarray, sr: np.ndarray, scale: int | None = None,
+) -> dict[str, float]:
+    """Each named metric of one (HR, SR) pair, both uint8 and already cropped alike; ``scale``, the
+    upscaling factor, for the metrics that need it (``lattice``: a ValueError without it)."""
     if hr.shape[:2] != sr.shape[:2]:
         raise ValueError(f"HR {hr.shape[:2]} and SR {sr.shape[:2]} differ in size")
-    return {name: METRICS[name].score(hr, sr) for name in names}
+    out = {}
+    for name in names:
+        metric = METRICS[name]
+        if metric.needs_scale and scale is None:
+            raise ValueError(f"the {name} metric needs the scale")
+        out[name] = metric.score(hr, sr, scale) if metric.needs_scale else metric.score(hr, sr)
+    return out

@@ -70,7 +70,7 @@ def score_set(
             from .perceptual import score_perceptual
 
             try:
-                extra = score_perceptual(res.metrics, *perceptual_crop(hr, view, scale))
+                extra = score_perceptual(res.metrics, *perceptual_crop(hr, view, scale), scale)
             except (ValueError, RuntimeError) as e:  # HaarPSI's 16-pixel minimum, a missing package
                 raise EvaluationError(f"{hr_path}: perceptual metrics failed ({e})") from None
             res.perceptual.append(extra)

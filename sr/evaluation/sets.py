@@ -55,8 +55,11 @@ class SetResult:
         return float(np.mean([r[2] for r in self.rows]))
 
     def mean(self, metric: str) -> float:
-        """The set's mean of one perceptual metric (over its images, as PSNR's)."""
-        return float(np.mean([scores[metric] for scores in self.perceptual]))
+        """The set's mean of one perceptual metric over its images, as PSNR's; an image the metric
+        cannot score (NaN: lattice's, where HR has too little smooth area) left out; NaN if none."""
+        values = np.array([scores[metric] for scores in self.perceptual], dtype=np.float64)
+        scored = values[~np.isnan(values)]
+        return float(scored.mean()) if scored.size else float("nan")
 
 
 def set_names(dirs: list[Path]) -> list[str]:
