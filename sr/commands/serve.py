@@ -55,7 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_settings(args: argparse.Namespace):  # -> sr.service.settings.Settings (lazy import)
-    from sr.service.settings import Settings, SettingsError, parse_origins, parse_tile
+    from sr.request import parse_tile
+    from sr.service.settings import Settings, SettingsError, parse_origins
 
     try:
         base = Settings.from_env()

@@ -23,8 +23,11 @@ from .network import ExternalNet
 # sr-asa is not on the public index: the extra comes from a checkout or a wheel, or spandrel by itself
 EXTRA_HINT = 'pip install spandrel (the "models" extra: pip install ".[models]" in a checkout)'
 # Recognised models kept in memory (fp32, CPU), by file: the service's models-dir cache and the
-# engines hold their own copies, so this only saves re-reading a file described twice.
+# engines hold their own copies, so this only saves re-reading a file described twice (the CLI's
+# checks, then its engine). At most CACHE_SIZE files and CACHE_BYTES of parameters (the newest is kept
+# whatever its size): a service reading a folder of large models keeps little beside its own cap.
 CACHE_SIZE = 4
+CACHE_BYTES = 256 * 2**20
 _cache: OrderedDict[tuple[str, int, int], tuple[ArchInfo, Any]] = OrderedDict()
 _cache_lock = threading.Lock()
 
@@ -115,9 +118,13 @@ def _recognised(path: Path) -> tuple[ArchInfo, Any]:
     found = _recognise(path)  # outside the lock: seconds for a large file
     with _cache_lock:
         _cache[key] = found
-        while len(_cache) > CACHE_SIZE:
+        while len(_cache) > CACHE_SIZE or (len(_cache) > 1 and _cached_bytes() > CACHE_BYTES):
             _cache.popitem(last=False)
     return found
+
+
+def _cached_bytes() -> int:
+    return sum(info.params * 4 for info, _ in _cache.values())  # fp32
 
 
 def describe_external(path: str | Path) -> ModelDescriptor:

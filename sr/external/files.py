@@ -54,6 +54,15 @@ def _unwrap(obj: object, path: Path) -> dict[str, torch.Tensor]:
                          f"{', '.join(WRAPPER_KEYS)})")
 
 
+def _unpickler_reason(e: pickle.UnpicklingError) -> str:
+    """The line of torch's message after 'WeightsUnpickler error:' (e.g. 'Unsupported operand 103'
+    for bytes that are no pickle at all), colour codes stripped."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+    after = text.split("WeightsUnpickler error:", 1)[-1]
+    lines = [line.strip() for line in after.splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
 def _refused_global(e: pickle.UnpicklingError) -> str:
     """What torch's restricted unpickler refused, in one line. Its message is several paragraphs of
     advice (with terminal colour codes, and the advice to allow the global); the line that names the
@@ -90,6 +99,8 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
+        if "GLOBAL" not in str(e):  # no global asked for: the bytes are not a pickle torch can read
+            raise ModelFileError(f"{path}: not a readable PyTorch file ({_unpickler_reason(e)})") from None
         raise ModelFileError(f"{path}: refused: the file asks to run code while loading, and only tensors "
                              f"and plain containers are loaded ({_refused_global(e)})") from None
     except (RuntimeError, OSError, EOFError, ValueError, AttributeError, ImportError) as e:

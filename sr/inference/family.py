@@ -262,12 +262,21 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         desc = self._descriptors[scale]
         return TileGrid(scale, desc.align, desc.feature_channels, self._dtype(scale, pixels))
 
+    def _overlap(self, scale: int) -> int:
+        """The tile overlap of the ``scale`` pass (1: the pre model): the engine's, widened for a
+        windowed model of another architecture to two of its windows, so that every output pixel
+        kept from a tile saw whole windows around it (sr's own networks: the engine's, unchanged)."""
+        desc = self._pre if scale == 1 else self._descriptors.get(scale)
+        if desc is None or desc.arch is None:
+            return self.tile_overlap
+        return max(self.tile_overlap, 2 * desc.arch.multiple_of)
+
     def _tile_for(self, grid: TileGrid, h: int, w: int) -> int | None:
         desc = self._pre if grid.scale == 1 else self._descriptors.get(grid.scale)
         if self.tile == "auto" and desc is not None and desc.tiling != "supported":
             return None  # spandrel advises against tiling this model (global context, or its own tiles)
         try:
-            return tile_for(self.tile, h, w, self.tile_overlap, grid, self.device.type,
+            return tile_for(self.tile, h, w, self._overlap(grid.scale), grid, self.device.type,
                             lambda: available_memory(self.device), self.attention_path == "static")
         except TileTooSmall as e:
             raise UpscaleError(str(e)) from None
@@ -285,8 +294,8 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         if self._pre is not None:  # the 1x pre model's pass: its tiles and pixels count too
             grid = TileGrid(1, self._pre.align, self._pre.feature_channels, torch.float32)
             tile = self._tile_for(grid, h, w)
-            rows = plan_axis(h, tile, self.tile_overlap, grid.align)
-            cols = plan_axis(w, tile, self.tile_overlap, grid.align)
+            rows = plan_axis(h, tile, self._overlap(1), grid.align)
+            cols = plan_axis(w, tile, self._overlap(1), grid.align)
             tiles += len(rows) * len(cols)
             tiled += sum(b - a for a, b in rows) * sum(b - a for a, b in cols)
             work += h * w
@@ -294,8 +303,8 @@ class FamilyEngine(Upscaler, serves=FAMILY):
             grid = self.tile_grid(s, ph * pw)
             tile = self._tile_for(grid, ph, pw)
             sides.append(tile)
-            rows = plan_axis(ph, tile, self.tile_overlap, grid.align)
-            cols = plan_axis(pw, tile, self.tile_overlap, grid.align)
+            rows = plan_axis(ph, tile, self._overlap(s), grid.align)
+            cols = plan_axis(pw, tile, self._overlap(s), grid.align)
             tiles += len(rows) * len(cols)
             tiled += sum(b - a for a, b in rows) * sum(b - a for a, b in cols) * s * s
             ph, pw = ph * s, pw * s
@@ -321,6 +330,7 @@ class FamilyEngine(Upscaler, serves=FAMILY):
     ) -> tuple[np.ndarray, np.ndarray | None]:
         h, w = pixels.shape[:2]
         tile = self._tile_for(loaded.grid, h, w)
+        overlap = self._overlap(loaded.scale)
 
         def run_many(arrs: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray | None]]:
             return self._run_tiles(loaded, arrs, want_budget, tta, should_stop)
@@ -328,7 +338,7 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         while True:
             try:
                 return run_tiled(
-                    pixels, lambda a: run_many([a])[0], loaded.scale, tile, self.tile_overlap, loaded.align,
+                    pixels, lambda a: run_many([a])[0], loaded.scale, tile, overlap, loaded.align,
                     want_budget, run_many=run_many if self.tile_batch > 1 and self.shape_bucket else None,
                     batch=self.tile_batch, out_dtype=out_dtype, progress=progress,
                 )
@@ -338,7 +348,7 @@ class FamilyEngine(Upscaler, serves=FAMILY):
                 if self.device.type == "cuda" and torch.cuda.is_initialized():
                     torch.cuda.empty_cache()  # give the failed attempt's blocks back before retrying
                 smaller = (tile or max(h, w)) // 2 // loaded.align * loaded.align
-                if smaller < min_tile(self.tile_overlap, loaded.align):
+                if smaller < min_tile(overlap, loaded.align):
                     raise UpscaleError(f"out of {self.device.type} memory even with tile {tile}") from None
                 tile = smaller  # retry the whole pass with half the tile (the plan changes)
 

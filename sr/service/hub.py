@@ -58,7 +58,8 @@ AUTO_DESCRIPTION = (f"per upload: {PHOTO_MODEL} for lossy files (JPEG or WebP be
 # Bytes per parameter an engine is counted at: fp32, what every model is loaded in (a bf16 engine
 # holds half that once it has cast its copy).
 PARAM_BYTES = 4
-EXTRA_HINT = 'pip install "sr-asa[models]"'
+# sr-asa is not on the public index: spandrel itself, or the extra from a checkout or a wheel
+EXTRA_HINT = 'pip install spandrel (the "models" extra)'
 
 
 # A capped engine's key: (family, denoise, look, pre)

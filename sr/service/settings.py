@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sr import DEFAULT_CHOICE
+from sr.request import parse_tile
 
 # Multipart boundaries and the small form fields ride on top of the file itself.
 FORM_OVERHEAD_BYTES = 64 * 1024
@@ -191,18 +192,6 @@ def _bool(raw: str) -> bool:
     raise ValueError("expected true/false")
 
 
-def parse_tile(raw: str) -> int | str:
-    """'auto', a size in pixels, or 0 for no tiling ('off' / 'none')."""
-    if raw.lower() == "auto":
-        return "auto"
-    if raw.lower() in ("none", "off"):
-        return 0
-    value = int(raw)
-    if value < 0:
-        raise ValueError("tile must be 'auto', 0 (off) or a size in pixels")
-    return value
-
-
 def parse_precision(raw: str) -> str:
     """auto, fp32 or bf16 (the engine's own check, as a SettingsError)."""
     from sr.inference.precision import PrecisionError
@@ -231,7 +220,7 @@ ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "cors_origins": ("SR_CORS_ORIGINS", parse_origins),
     "weights_dir": ("SR_WEIGHTS_DIR", Path),
     "threads": ("SR_THREADS", _int),
-    "tile": ("SR_TILE", parse_tile),
+    "tile": ("SR_TILE", parse_tile),  # sr.request.parse_tile: the CLI's and engine's grammar too
     "preload": ("SR_PRELOAD", _bool),
     "max_output_pixels": ("SR_MAX_OUTPUT_PIXELS", _int),
     "max_work_pixels": ("SR_MAX_WORK_PIXELS", _int),
