@@ -21,6 +21,7 @@ BENCHMARKS = {
     "serve": "bounded load test of the HTTP service on loopback",
     "cost": "attention share of a forward and achieved conv TFLOP/s, per model, precision and tile",
     "contention": "throughput by workers x threads with and without competing CPU load (torch, openvino)",
+    "models": "a community model file through sr vs spandrel's own call: seconds, MP/s, ratio, max abs diff",
 }
 
 NOT_INSTALLED = (
