@@ -15,6 +15,7 @@ import json
 import math
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -79,11 +80,18 @@ def measure_agreement(desc: ModelDescriptor) -> float:
 
 def bf16_agreement(desc: ModelDescriptor) -> float:
     """:func:`measure_agreement`, measured once per file content, torch version and CPU kind."""
+    return measured_once(desc, CACHE_FILE, measure_agreement)
+
+
+def measured_once(desc: ModelDescriptor, cache_file: str,
+                  measure: Callable[[ModelDescriptor], float]) -> float:
+    """``measure(desc)``, cached in ``cache_file`` of :func:`cache_dir` per file content, torch
+    version and CPU kind (so a model file is measured once per machine)."""
     if desc.path is None:
-        return measure_agreement(desc)
+        return measure(desc)
     path = Path(desc.path)
     key = _cache_key(path)
-    file = cache_dir() / CACHE_FILE
+    file = cache_dir() / cache_file
     with _lock:
         try:
             cached = json.loads(file.read_text())
@@ -93,7 +101,7 @@ def bf16_agreement(desc: ModelDescriptor) -> float:
             cached = {}
         if isinstance(cached.get(key), (int, float)):
             return float(cached[key])
-        db = measure_agreement(desc)
+        db = measure(desc)
         cached[key] = db if math.isfinite(db) else 999.0
         try:
             file.parent.mkdir(parents=True, exist_ok=True)

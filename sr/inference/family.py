@@ -188,7 +188,8 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         set_attention_path(net, self.attention_path)
         # dynamic=True: one graph for every tile shape (the static path has no size branches)
         forward = torch.compile(net, dynamic=True) if self.compile else net
-        return Loaded(net, desc.name, desc.scale, desc.align, desc.feature_channels, dtype, forward)
+        return Loaded(net, desc.name, desc.scale, desc.align, desc.feature_channels, dtype, forward,
+                      own=desc.own)
 
     def _bf16_too_small(self, pixels: int) -> bool:
         """Whether an input of ``pixels`` is under the size from which auto's bf16 pays on this CPU."""
@@ -260,26 +261,47 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         """What the tile policy needs of the ``scale`` network on a pass input of ``pixels``, from its
         descriptor (a blend has its file's architecture): nothing is loaded."""
         desc = self._descriptors[scale]
-        return TileGrid(scale, desc.align, desc.feature_channels, self._dtype(scale, pixels))
+        return TileGrid(scale, desc.align, desc.feature_channels, self._dtype(scale, pixels), desc.own)
 
     def _overlap(self, scale: int) -> int:
-        """The tile overlap of the ``scale`` pass (1: the pre model): the engine's, widened for a
-        windowed model of another architecture to two of its windows, so that every output pixel
-        kept from a tile saw whole windows around it (sr's own networks: the engine's, unchanged)."""
+        """The tile overlap of the ``scale`` pass (1: the pre model): the engine's for sr's own
+        networks (unchanged); for a model of another architecture, widened to what its measured
+        receptive field needs (:mod:`sr.external.receptive`, once per file), so its tiles are
+        seam-free."""
         desc = self._pre if scale == 1 else self._descriptors.get(scale)
         if desc is None or desc.arch is None:
             return self.tile_overlap
-        return max(self.tile_overlap, 2 * desc.arch.multiple_of)
+        from ..external.receptive import suited_overlap
+
+        return suited_overlap(desc, self.tile_overlap)
+
+    def _pass_overlap(self, scale: int, tile: int | None, h: int, w: int) -> int:
+        """:meth:`_overlap` where ``tile`` cuts an h x w pass into several tiles; the engine's where
+        it runs whole (no overlap is used, and an outside model's radius is not measured)."""
+        if tile is None or tile >= max(h, w):
+            return self.tile_overlap
+        wide = self._overlap(scale)
+        if isinstance(self.tile, int):  # the caller's tile size: widen only as far as it allows
+            desc = self._pre if scale == 1 else self._descriptors[scale]
+            while wide > self.tile_overlap and min_tile(wide, desc.align) > self.tile:
+                wide -= 1
+        return wide
 
     def _tile_for(self, grid: TileGrid, h: int, w: int) -> int | None:
         desc = self._pre if grid.scale == 1 else self._descriptors.get(grid.scale)
         if self.tile == "auto" and desc is not None and desc.tiling != "supported":
             return None  # spandrel advises against tiling this model (global context, or its own tiles)
-        try:
-            return tile_for(self.tile, h, w, self._overlap(grid.scale), grid, self.device.type,
-                            lambda: available_memory(self.device), self.attention_path == "static")
-        except TileTooSmall as e:
-            raise UpscaleError(str(e)) from None
+        def tile(overlap: int) -> int | None:
+            try:
+                return tile_for(self.tile, h, w, overlap, grid, self.device.type,
+                                lambda: available_memory(self.device), self.attention_path == "static")
+            except TileTooSmall as e:
+                raise UpscaleError(str(e)) from None
+
+        side = tile(self.tile_overlap)
+        if desc is None or desc.arch is None or side is None or side >= max(h, w):
+            return side  # sr's own overlap, or one tile: no overlap to widen (nothing is measured)
+        return tile(self._pass_overlap(grid.scale, side, h, w))
 
     def plan(self, h: int, w: int, request: UpscaleRequest) -> Plan:
         """The :class:`Plan` of ``request`` on an h x w input: output size, passes, and the tiles this
@@ -292,10 +314,11 @@ class FamilyEngine(Upscaler, serves=FAMILY):
         sides: list[int | None] = []
         ph, pw = h, w
         if self._pre is not None:  # the 1x pre model's pass: its tiles and pixels count too
-            grid = TileGrid(1, self._pre.align, self._pre.feature_channels, torch.float32)
+            grid = TileGrid(1, self._pre.align, self._pre.feature_channels, torch.float32, self._pre.own)
             tile = self._tile_for(grid, h, w)
-            rows = plan_axis(h, tile, self._overlap(1), grid.align)
-            cols = plan_axis(w, tile, self._overlap(1), grid.align)
+            overlap = self._pass_overlap(1, tile, h, w)
+            rows = plan_axis(h, tile, overlap, grid.align)
+            cols = plan_axis(w, tile, overlap, grid.align)
             tiles += len(rows) * len(cols)
             tiled += sum(b - a for a, b in rows) * sum(b - a for a, b in cols)
             work += h * w
@@ -303,8 +326,9 @@ class FamilyEngine(Upscaler, serves=FAMILY):
             grid = self.tile_grid(s, ph * pw)
             tile = self._tile_for(grid, ph, pw)
             sides.append(tile)
-            rows = plan_axis(ph, tile, self._overlap(s), grid.align)
-            cols = plan_axis(pw, tile, self._overlap(s), grid.align)
+            overlap = self._pass_overlap(s, tile, ph, pw)
+            rows = plan_axis(ph, tile, overlap, grid.align)
+            cols = plan_axis(pw, tile, overlap, grid.align)
             tiles += len(rows) * len(cols)
             tiled += sum(b - a for a, b in rows) * sum(b - a for a, b in cols) * s * s
             ph, pw = ph * s, pw * s
@@ -330,7 +354,7 @@ class FamilyEngine(Upscaler, serves=FAMILY):
     ) -> tuple[np.ndarray, np.ndarray | None]:
         h, w = pixels.shape[:2]
         tile = self._tile_for(loaded.grid, h, w)
-        overlap = self._overlap(loaded.scale)
+        overlap = self._pass_overlap(loaded.scale, tile, h, w)
 
         def run_many(arrs: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray | None]]:
             return self._run_tiles(loaded, arrs, want_budget, tta, should_stop)

@@ -34,10 +34,11 @@ class Loaded:
     channels: int
     dtype: torch.dtype  # what the network runs in (sr.inference.precision)
     forward: Forward | None = None  # the net itself, or its torch.compile'd wrapper
+    own: bool = True  # one of sr's own networks (TileGrid.measured)
 
     @property
     def grid(self) -> TileGrid:
-        return TileGrid(self.scale, self.align, self.channels, self.dtype)
+        return TileGrid(self.scale, self.align, self.channels, self.dtype, self.own)
 
 
 def is_oom(e: BaseException) -> bool:

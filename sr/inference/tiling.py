@@ -153,6 +153,8 @@ CPU_TILE_COST: dict[str, dict[torch.dtype, dict[int, float]]] = {
 # The static attention path scores every pooled region against every other (N^2 per tile), so its
 # auto tile stays smaller: 768 px at stride 2 and 4x4 regions is N = 2304, 21 MB of scores per image.
 AUTO_TILE_MAX_STATIC = 768
+# Models of other architectures (TileGrid.measured False): the memory estimate alone decides, up to this.
+AUTO_TILE_MAX_OUTSIDE = 4096
 
 
 class TileTooSmall(ValueError):
@@ -173,6 +175,10 @@ class TileGrid:
     align: int  # tile starts are multiples of this (attention stride x region/window)
     channels: int
     dtype: torch.dtype  # what the network runs in
+    # sr's own networks: the measured speed table and the CPU's 512 px cap (1 GB for a 12 MP photo)
+    # apply. A model of another architecture takes the largest tile its memory estimate allows:
+    # nobody measured its speed by tile size, and every seam it could show is avoided where it runs whole.
+    measured: bool = True
 
 
 def auto_tile_limit(grid: TileGrid, device_type: str, free_bytes: float, static_attention: bool) -> int:
@@ -182,7 +188,8 @@ def auto_tile_limit(grid: TileGrid, device_type: str, free_bytes: float, static_
     per_px = ACTIVATION_BYTES_PER_CHANNEL_PX * grid.channels * dtype_bytes
     per_px += 3 * grid.scale**2 * 4 * 2  # the tile's output and its weighted copy
     budget = AUTO_TILE_MEMORY_FRACTION[device_type] * free_bytes
-    side = min(int(math.sqrt(max(budget, 0) / per_px)), AUTO_TILE_MAX[device_type])
+    cap = AUTO_TILE_MAX[device_type] if grid.measured else AUTO_TILE_MAX_OUTSIDE
+    side = min(int(math.sqrt(max(budget, 0) / per_px)), cap)
     if static_attention:
         side = min(side, AUTO_TILE_MAX_STATIC)
     return side
@@ -195,7 +202,7 @@ def auto_tile(
     """tile="auto" on an h x w input: on a CPU with a measured table the fastest plan within the
     memory bound; elsewhere the whole image when it fits the bound, else the bound (aligned)."""
     side = auto_tile_limit(grid, device_type, free_bytes, static_attention)
-    costs = cpu_tile_cost(grid.dtype) if device_type == "cpu" else None
+    costs = cpu_tile_cost(grid.dtype) if device_type == "cpu" and grid.measured else None
     if costs is not None:  # the fastest plan by measured speed, within the memory bound
         return fastest_tile(h, w, side, overlap, grid.align, costs)
     if h <= side and w <= side:

@@ -319,3 +319,20 @@ def test_the_engine_asks_free_memory_for_its_auto_tile(tiny_x2, monkeypatch):
     assert up._tile_for(grid, 1000, 300) == _auto(grid, 1000, 300, 64 * 2**20)
     monkeypatch.setattr(family, "available_memory", lambda device: 64 * 2**30)
     assert up._tile_for(grid, 100, 80) is None
+
+
+def test_an_outside_model_runs_whole_where_its_memory_estimate_allows() -> None:
+    """sr's speed table and 512 px CPU cap were measured on sr's networks; a model of another
+    architecture tiles only where its memory estimate says it must."""
+    from sr.inference.tiling import AUTO_TILE_MAX, auto_tile, auto_tile_limit
+
+    own = TileGrid(4, 1, 64, torch.float32)
+    outside = TileGrid(4, 1, 64, torch.float32, measured=False)
+    free = 16 * 2**30
+    assert auto_tile_limit(own, "cpu", free, False) == AUTO_TILE_MAX["cpu"]
+    assert auto_tile_limit(outside, "cpu", free, False) > 1024
+    assert auto_tile(1024, 1024, 16, outside, "cpu", free, False) is None
+    assert auto_tile(1024, 1024, 16, own, "cpu", free, False) <= AUTO_TILE_MAX["cpu"]
+    # little memory: the outside model tiles too, at the side its estimate allows
+    side = auto_tile(4000, 3000, 64, outside, "cpu", 2**30, False)
+    assert side is not None and side == auto_tile_limit(outside, "cpu", 2**30, False)
