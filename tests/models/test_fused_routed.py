@@ -73,6 +73,11 @@ CASES = {  # b, region grid, p, C, heads, k_max, tiers
     "all-zero": (1, (2, 2), 4, 48, 3, 2, "zero"),
 }
 
+def bf16_step(t: torch.Tensor) -> torch.Tensor:
+    """The spacing of bf16 values (8 significant bits) at the magnitude of each element of ``t``."""
+    return 2.0 ** (torch.floor(torch.log2(t.abs().clamp_min(1e-30))) - 7)
+
+
 def variants(kernel: native.Kernel) -> list[int]:
     """Every ISA variant this CPU runs (the best and all below it)."""
     return list(range(kernel.isa + 1))
@@ -123,6 +128,42 @@ def test_bad_arguments_are_errors_not_stray_reads(built):
         native.call(built, q, k.double(), v, tokens, idx, k_int, heads)
     with pytest.raises(RuntimeError, match="divisible by heads"):
         native.call(built, q, k, v, tokens, idx, k_int, 5)
+
+
+@needs_compiler
+@pytest.mark.parametrize("sizes", [(64, 64, 128, 128), (19, 23, 37, 45), (1, 3, 2, 5)],
+                         ids=["even", "odd", "tiny"])
+@torch.inference_mode()
+def test_upsample_add_equals_interpolate_then_add(built, sizes, monkeypatch):
+    """The stride-2 block's end, x + bilinear upsample (align_corners=False, ceil-pooled odd sizes
+    included): fp32 within 1e-5 of F.interpolate + add; bf16 within half a bf16 step of the fp32
+    maths on the same inputs and one step of today's twice-rounded sum."""
+    monkeypatch.setattr(native, "kernel", lambda: built)
+    hs, ws, h, w = sizes
+    g = torch.Generator().manual_seed(1)
+    cl = torch.channels_last
+    for dtype in (torch.float32, torch.bfloat16):
+        small = torch.randn(2, 48, hs, ws, generator=g).to(dtype).contiguous(memory_format=cl)
+        x = torch.randn(2, 48, h, w, generator=g).to(dtype).contiguous(memory_format=cl)
+        up = torch.nn.functional.interpolate(small.float(), size=(h, w), mode="bilinear", align_corners=False)
+        exact = x.float() + up
+        today = torch.nn.functional.interpolate(small, size=(h, w), mode="bilinear", align_corners=False) + x
+        assert native.upsample_add_usable(small, x)
+        for isa in variants(built):
+            got = native.upsample_add(small, x, isa=isa)
+            assert got.dtype == dtype and got.shape == x.shape and got.is_contiguous(memory_format=cl)
+            if dtype == torch.float32:
+                assert (got - exact).abs().max().item() <= 1e-5, native.ISA_NAMES[isa]
+            else:
+                fp32_noise = 1e-6 * (x.float().abs() + up.abs())
+                err = (got.float() - exact).abs()
+                assert (err <= bf16_step(exact) / 2 + fp32_noise).all(), native.ISA_NAMES[isa]
+                # today rounds the upsampled map first: up to half a step of the larger of it and the sum
+                big = torch.maximum(exact.abs(), up.abs())
+                assert ((got.float() - today.float()).abs() <= bf16_step(big) + fp32_noise).all()
+    assert not native.upsample_add_usable(small.contiguous(), x)  # NCHW: the eager ops
+    with native.tiered_only():
+        assert not native.upsample_add_usable(small, x)
 
 
 def test_the_network_takes_the_kernel_at_inference_and_matches_the_tiered_path():

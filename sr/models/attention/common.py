@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..fused import add_in_place_ok
+from . import native
 
 
 def large_negative(dtype: torch.dtype) -> float:
@@ -153,9 +154,11 @@ class AttentionBranch(nn.Module):
             out = out + self.lepe(v)
         out = self.proj(out)
         if self.stride > 1:
-            out = F.interpolate(out, size=(h, w), mode="bilinear", align_corners=False)
             if aux is not None and aux.get("budget_maps"):
                 aux["budget_maps"][-1] = F.interpolate(aux["budget_maps"][-1], size=(h, w), mode="nearest")
+            if native.upsample_add_usable(out, x):  # CPU inference: upsample and add in one pass
+                return native.upsample_add(out, x)
+            out = F.interpolate(out, size=(h, w), mode="bilinear", align_corners=False)
             if add_in_place_ok():
                 # Inference: the upsampled map is fresh, so add into it (the same sums: IEEE addition
                 # commutes) rather than allocate another full-size map.

@@ -44,7 +44,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("routed_kernel.cpp")
+SOURCES = tuple(Path(__file__).with_name(f) for f in ("routed_kernel.cpp", "upsample_add_kernel.cpp"))
 LIB_NAME = "libsr_routed.so"
 ENV_SWITCH = "SR_ATTENTION_KERNEL"  # "0" / "off" / "false": always the tiered path
 FLAGS = ("-O3", "-std=c++20", "-fPIC", "-shared", "-fopenmp", "-Wno-psabi", "-fno-math-errno")
@@ -57,6 +57,7 @@ class Kernel:
     """A loaded build: the ctypes function, the best ISA variant on this CPU and when it was built."""
 
     fn: ctypes._CFuncPtr
+    up: ctypes._CFuncPtr  # sr_upsample_add
     isa: int
     built: str  # ISO date and time of the build
     path: Path
@@ -92,14 +93,14 @@ def _torch_dir() -> Path:
     return Path(torch.__file__).resolve().parent
 
 
-def build_command(cxx: str, source: Path, target: Path) -> list[str]:
+def build_command(cxx: str, sources: tuple[Path, ...], target: Path) -> list[str]:
     from torch.utils.cpp_extension import include_paths
 
     lib = _torch_dir() / "lib"
     abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
     return [
         cxx, *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *(f"-I{p}" for p in include_paths()),
-        str(source), "-o", str(target), f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}",
+        *map(str, sources), "-o", str(target), f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}",
     ]
 
 
@@ -107,7 +108,8 @@ def build_key() -> str:
     """Torch version, architecture and a hash of the source and flags: what the library depends on.
 
     Not the CPU's features: the library picks its AVX-512 / AVX2 / baseline variant at run time."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    content = b"".join(f.read_bytes() for f in SOURCES) + " ".join(FLAGS).encode()
+    digest = hashlib.sha256(content).hexdigest()[:12]
     version = torch.__version__.replace("+", "_")
     return f"routed-torch{version}-{platform.machine()}-{digest}"
 
@@ -156,7 +158,7 @@ def build(root: Path | None = None) -> tuple[Path | None, str]:
         log.warning("building the fused attention kernel once for this machine and torch (a few seconds)")
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
             target = Path(tmp) / LIB_NAME
-            cmd = build_command(cxx, SOURCE, target)
+            cmd = build_command(cxx, SOURCES, target)
             error = _compile(cmd)
             if error is not None:
                 record = {"compiler": cid, "error": error, "command": cmd}
@@ -193,7 +195,10 @@ def load(path: Path, built: str) -> Kernel:
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     fn.argtypes = [p, p, p, p, i64, i64, i64, p, i64, p, i64, i64, p, i64, i64, i64, i32, i32]
     lib.sr_routed_best_isa.restype = ctypes.c_int
-    return Kernel(fn=fn, isa=lib.sr_routed_best_isa(), built=built, path=path)
+    up = lib.sr_upsample_add
+    up.restype = ctypes.c_int
+    up.argtypes = [p, p, p, i64, i64, i64, i64, i64, i64, i32, i32]
+    return Kernel(fn=fn, up=up, isa=lib.sr_routed_best_isa(), built=built, path=path)
 
 
 def disabled() -> bool:
@@ -327,4 +332,28 @@ def fused_routed_attention(q_rows, k_rows, v_rows, tokens, idx, k_int, heads, st
     if stats is not None:
         stats["gathered"] = stats.get("gathered", 0) + int(k_int.sum())
         stats["calls"] = stats.get("calls", 0) + 1
+    return out
+
+
+def upsample_add_usable(small: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether :func:`upsample_add` may take ``x + upsample(small)``: both CPU maps of one fp32 / bf16
+    dtype, channels-last contiguous, at eager inference, the kernel loaded."""
+    cl = torch.channels_last
+    return (not _tiered_only.get() and small.dtype == x.dtype and small.shape[:2] == x.shape[:2]
+            and small.is_contiguous(memory_format=cl) and x.is_contiguous(memory_format=cl)
+            and supported(x) and isinstance(kernel(), Kernel))
+
+
+def upsample_add(small: torch.Tensor, x: torch.Tensor, isa: int = -1) -> torch.Tensor:
+    """``x + F.interpolate(small, size=x.shape[-2:], mode="bilinear", align_corners=False)`` in one pass
+    (a new map, channels-last; the sum rounded once): the end of a stride > 1 attention block.
+    small: (B, C, h', w'), x: (B, C, h, w), both channels-last contiguous, fp32 or bf16."""
+    k = kernel()
+    assert isinstance(k, Kernel)
+    b, c, hs, ws = small.shape
+    h, w = x.shape[-2:]
+    out = torch.empty_like(x, memory_format=torch.channels_last)
+    rc = k.up(small.data_ptr(), x.data_ptr(), out.data_ptr(), b, hs, ws, h, w, c, DTYPE_CODES[x.dtype], isa)
+    if rc:
+        raise RuntimeError("the fused upsample " + ("lacks that ISA variant here" if rc == 1 else "failed"))
     return out
