@@ -151,7 +151,10 @@ class AttentionBranch(nn.Module):
         q, k, v = self.qkv(xs).chunk(3, dim=1)  # each (B, C, h', w')
         out = self.attend(q, k, v, xs, aux)  # (B, C, h', w')
         if self.lepe is not None:
-            out = out + self.lepe(v)
+            # the routed kinds' inference output is a fresh map: add into it (the same sums) rather than
+            # allocate another (other kinds may return a view of their inputs)
+            fresh = self.has_static_path and add_in_place_ok()
+            out = out.add_(self.lepe(v)) if fresh else out + self.lepe(v)
         out = self.proj(out)
         if self.stride > 1:
             if aux is not None and aux.get("budget_maps"):
