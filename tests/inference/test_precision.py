@@ -214,3 +214,44 @@ def test_auto_on_zen4_takes_bf16_at_every_size_and_zen5_keeps_its_start(tmp_path
     _cpuinfo_with_model(tmp_path, monkeypatch, EPYC_AVX2, "AuthenticAMD", 25)  # Zen 3: same family, no bf16
     assert precision.bf16_from_pixels() is None
     assert resolve_dtype("auto", CPU, ["m-x2"], pixels=LARGE) == torch.float32
+
+
+def test_every_file_auto_and_its_look_run_is_on_the_record_within_the_bar():
+    """auto's two sides and the family --look blends photo with: each of their shipped files has a
+    measured bf16 cost within MAX_BF16_COST_DB, so none of them falls back to fp32 for want of one."""
+    from sr.families import AUTO, BY_NAME
+
+    families = [*AUTO.sides, BY_NAME[AUTO.lossy].look_with]
+    files = [p.stem for f in families for p in sorted(sr_weights.WEIGHTS_DIR.glob(f"{f}-x*.safetensors"))]
+    assert len(files) == 9
+    assert {f: precision.BF16_PSNR_COST_DB.get(f) for f in files if
+            precision.BF16_PSNR_COST_DB.get(f, 1) > precision.MAX_BF16_COST_DB} == {}
+
+
+def test_a_blends_cost_is_the_sum_of_its_files(record):
+    record({"a-x2": 0.004, "b-x2": 0.005, "c-x2": 0.007})
+    assert precision.bf16_cost(["a-x2"]) == 0.004
+    assert precision.bf16_cost(["a-x2", "b-x2"]) == pytest.approx(0.009)
+    assert precision.bf16_cost(["a-x2", "c-x2"]) == pytest.approx(0.011)  # each within the bar, the blend not
+    assert precision.bf16_cost(["a-x2", "mine-x2"]) is None and precision.bf16_cost([]) is None
+    assert precision.bf16_cost_ok(["a-x2", "b-x2"]) and not precision.bf16_cost_ok(["a-x2", "c-x2"])
+    assert precision.choose_dtype("auto", CPU, ["a-x2", "c-x2"])[1] == (
+        "fp32: bf16 costs more than 0.01 dB (0.0110 dB: the sum of its files', a blend's rule)")
+
+
+def test_photo_natural_runs_bf16_where_photo_does_and_a_look_where_its_files_sum_allows(cpuinfo):
+    """The shipped files under auto on a CPU that runs bf16: photo-natural alone at every scale, as
+    photo; a look blend of photo and photo-natural (alone, under auto, with a denoise) where the sum of
+    its files' costs is within the bar: x3 and x4 (x2's blend measured 0.0150 dB, over it)."""
+    cpuinfo(XEON_AMX)
+    engines = {
+        "photo": Upscaler("photo", device="cpu", threads=1),
+        "photo-natural": Upscaler("photo-natural", device="cpu", threads=1),
+        "look 0.5": Upscaler("photo", device="cpu", threads=1, look=0.5),
+        "auto, look 0.5": Upscaler("auto", device="cpu", threads=1, look=0.5).sides["photo"],
+        "look 0.5, denoise 0.5": Upscaler("photo", device="cpu", threads=1, look=0.5, denoise=0.5),
+    }
+    bf16, fp32 = torch.bfloat16, torch.float32
+    dtypes = {name: [up.dtype_for(s) for s in (2, 3, 4)] for name, up in engines.items()}
+    assert dtypes == {"photo": [bf16] * 3, "photo-natural": [bf16] * 3, "look 0.5": [fp32, bf16, bf16],
+                      "auto, look 0.5": [fp32, bf16, bf16], "look 0.5, denoise 0.5": [fp32, fp32, bf16]}
