@@ -18,6 +18,8 @@ as a mask, no host reads and no Python loops whose trip count depends on the dat
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -53,8 +55,11 @@ def pooled_topk(qc: torch.Tensor, kc: torch.Tensor, k: int, chunk: int = 256) ->
     return torch.cat(out, dim=1)
 
 
+@functools.lru_cache(maxsize=8)
 def _group_members(grid: tuple[int, int], device: torch.device) -> torch.Tensor:
-    """(S, 4) ids of the regions in each 2x2 group of a (Hr, Wr) grid, -1 past the grid's edge."""
+    """(S, 4) ids of the regions in each 2x2 group of a (Hr, Wr) grid, -1 past the grid's edge.
+
+    Cached per grid (tiles repeat their sizes); callers only read it."""
     hr, wr = grid
     offset = torch.arange(2, device=device)
     ry = torch.arange((hr + 1) // 2, device=device)[:, None, None, None] * 2 + offset[:, None]  # (Hs,1,2,1)
@@ -159,6 +164,12 @@ def region_token_ids(b: int, h: int, w: int, p: int, device: torch.device) -> to
     return (ids[None] + (h * w) * torch.arange(b, device=device)[:, None, None]).flatten(0, 1)
 
 
+@functools.lru_cache(maxsize=8)
+def _cached_token_ids(b: int, h: int, w: int, p: int) -> torch.Tensor:
+    """:func:`region_token_ids` on the CPU, cached per size (tiles repeat theirs); callers only read it."""
+    return region_token_ids(b, h, w, p, torch.device("cpu"))
+
+
 def tiered_attention(
     q_rows: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, tokens: torch.Tensor,
     idx: torch.Tensor, k_int: torch.Tensor, heads: int, max_gather: int = 4096, stats: dict | None = None,
@@ -226,7 +237,8 @@ def routed_attention(
         idx = own_region_first(idx)
     if stats is not None and "routes" in stats:
         stats["routes"].append(idx)
-    tokens = region_token_ids(b, h, w, p, q.device)  # (B*N, P)
+    cpu = q.device.type == "cpu"
+    tokens = _cached_token_ids(b, h, w, p) if cpu else region_token_ids(b, h, w, p, q.device)  # (B*N, P)
     rows = region_attention(token_rows(q), token_rows(k), token_rows(v), tokens, idx, k_int, heads, stats)
     return from_token_rows(rows, b, h, w)
 
