@@ -231,6 +231,31 @@ def test_a_build_is_cached_and_reused_without_compiling(built, tmp_path, monkeyp
     assert native.build(root) == (path, date)
 
 
+def test_concurrent_builds_compile_once(tmp_path, monkeypatch):
+    """Two builders at once (threads here; processes take the same file lock): one compiles, the other
+    waits and reuses its library."""
+    import threading
+
+    log = tmp_path / "compiles.txt"
+    fake = tmp_path / "fake-cxx"
+    fake.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = --version ]; then echo 'fake c++ 1.0'; exit 0; fi\n"
+                    f"echo compile >> {log}\n"
+                    "while [ \"$1\" != -o ]; do shift; done\n"
+                    "sleep 1; echo lib > \"$2\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    root = tmp_path / "kernels"
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(native.build(root))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2 and results[0] == results[1] and results[0][0] is not None
+    assert log.read_text().splitlines() == ["compile"]
+
+
 def test_without_a_compiler_the_tiered_path_runs_and_says_why(tmp_path, monkeypatch, fresh_kernel_state):
     monkeypatch.setenv("SR_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(native, "compiler", lambda: None)
