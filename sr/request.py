@@ -56,7 +56,7 @@ DEFAULT_LOOK = 0.0
 MAX_OUTPUT_PIXELS = 2**28
 # Caps on every number of a size, checked before any arithmetic on it: outscale=1e308 made
 # ``h * outscale`` infinite and a 401-digit width made ``h * width / w`` overflow, both an
-# OverflowError (a 500 that also dropped the keep-alive connection, issue 72). Neither cap refuses a
+# OverflowError (a 500 that also dropped the keep-alive connection). Neither cap refuses a
 # size the engine could make: an output side is at least 1 pixel, so no side exceeds
 # MAX_OUTPUT_PIXELS, and every input is at least 1x1 pixel, so no factor over its square root keeps
 # the output within it. ``scale`` (a model's factor: 2, 3 or 4) has the same cap.

@@ -49,7 +49,7 @@ class _PillowSettings:
     Decoding needs warnings silenced (``warnings.catch_warnings`` swaps process-wide state) and a
     larger PNG metadata limit (a module global). Every decode wants the same values, so the first
     thread in applies them and the last one out restores them: no decode waits for another (a lock
-    held for each whole decode made a header read queue behind a 13 s decode, issue 45).
+    held for each whole decode made a header read queue behind a 13 s decode).
     """
 
     def __init__(self) -> None:
@@ -418,7 +418,7 @@ def _orientation(im: Image.Image, header_only: bool = False) -> int:
     try:
         if header_only and im.format == "PNG":
             # Pillow's PNG getexif() decodes the whole image to look for an eXIf chunk after the pixel
-            # data: a "header-only" size read then cost a full decode (issue 45). Before the data is
+            # data: a "header-only" size read then cost a full decode. Before the data is
             # where the spec puts it; read_image, which decodes anyway, also finds a late one.
             exif = Image.Exif()
             if im.info.get("exif"):

@@ -60,7 +60,7 @@ class ImageFormat:
 # Formats read_image accepts (in this order). An allow-list keeps Pillow away from plugins that shell
 # out (EPS) or that nobody feeds to an upscaler; GIF is included so animated GIFs get their own clear
 # error. GIF, PPM and AVIF are not picked up by dataset listings. The service takes the formats people
-# upload and leaves PNM to local files (issue 72): Pillow's PNM reader steps through its header
+# upload and leaves PNM to local files: Pillow's PNM reader steps through its header
 # one byte at a time in Python and strips each comment of plain PNM pixel data by copying its buffer
 # (10 M comments in 19 MB held a worker 61 s), for a format no browser or camera writes.
 FORMATS: dict[str, ImageFormat] = {f.name: f for f in (

@@ -21,7 +21,7 @@ DEFAULT_MAX_PIXELS = 64 * 2**20
 # Largest decompressed PNG metadata chunk (ICC profile, text). Pillow's own limit is 1 MiB, below
 # some real printer/LUT ICC profiles; 16 MiB still bounds a zlib bomb hidden in metadata.
 MAX_PNG_CHUNK = 16 * 2**20
-# Decode-cost bounds, checked on the raw bytes before Pillow sees them (issue 45): a few KB can
+# Decode-cost bounds, checked on the raw bytes before Pillow sees them: a few KB can
 # otherwise buy minutes of uninterruptible decoding. Each scan of a progressive JPEG is a full pass
 # over the image (~24 ms at 16 MP on 2 CPU cores); encoders write 6-10 (libjpeg) to ~20 (tuned
 # scan scripts), so 100 bounds a 16 MP decode at a few seconds instead of hours.
@@ -33,13 +33,13 @@ MAX_PNG_METADATA = 2 * MAX_PNG_CHUNK
 MAX_PNG_CHUNKS = 100_000
 # TIFF: image file directories walked to count pages. One page is read; past it the file is refused
 # anyway, so the walk stops here instead of following a chain of ~1.5 M tiny directories through a
-# 19 MB upload (issue 54, row E: 5.3 s and 322 MB per request before the 415).
+# 19 MB upload (5.3 s and 322 MB per request before the 415).
 MAX_TIFF_IFDS = 64
 # Entries of one directory: Pillow reads each in Python, twice or more per decode (4,000 took
 # 0.05 s to open; a BigTIFF directory may declare 2^64). Real files carry a few dozen tags.
 MAX_TIFF_TAGS = 1024
 # Strips or tiles of the first page: Pillow sets up and decodes each one separately, ~4 us each on
-# the 2-core dev machine (issue 72: a 4 MB file of 1 M one-row strips previewed in 8.45 s); 65,536
+# the 2-core dev machine (a 4 MB file of 1 M one-row strips previewed in 8.45 s); 65,536
 # cost ~0.3 s. Encoders write strips of ~8 KB: a 16-MP RGB image has ~6,000.
 MAX_TIFF_STRIPS = 65_536
 # BMP RLE8/RLE4: an honest encoder spends at most 2 bytes per pixel (a run of one pixel), 2 per row
@@ -51,7 +51,7 @@ BMP_RLE_SLACK_BYTES = 4096
 # GIF: Pillow skips a byte that starts no block one at a time in Python, and reads every extension's
 # sub-blocks in Python (comments too); encoders write no stray bytes and 255-byte sub-blocks, so a
 # 20 MB GIF has ~80,000 of them. The walk counts frames past stray bytes as Pillow does (one junk
-# byte used to end it: 2.2 s of frame counting, issue 72).
+# byte used to end it: 2.2 s of frame counting).
 MAX_GIF_JUNK = 64 * 1024
 MAX_GIF_BLOCKS = 2**18
 # WebP: chunks walked to count animation frames (a still image has 1-5 chunks).
@@ -98,7 +98,7 @@ _JPEG_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 # Between segments, libjpeg's next_marker() skips any bytes that are not 0xFF ("extraneous bytes"),
 # then fill 0xFFs, and takes the next byte as the marker (0x00 after 0xFF is no marker: it goes on).
 # The walk must skip the same bytes: stopping at the first junk byte let a 20,000-scan JPEG past
-# the scan count (issue 54, row A). It skips them with find() and a one-byte class, linear in the
+# the scan count. It skips them with find() and a one-byte class, linear in the
 # bytes: a regex of "0xFF run, then a marker byte" backtracked over each start of a 19 MB fill run
 # (26 s, row E).
 _NOT_FF = re.compile(rb"[^\xff]")
@@ -203,7 +203,7 @@ def _png_compressed_metadata(tag: bytes, body: bytes) -> bytes | None:
         if body[name_end + 1 : name_end + 2] != b"\x01":
             return None
         # The method byte is usually 0, so splitting the body on NULs took it for the end of the
-        # language and read the stream one NUL early: 0 bytes counted (issue 54, row B).
+        # language and read the stream one NUL early: 0 bytes counted.
         language_end = body.find(b"\x00", name_end + 3)
         translated_end = body.find(b"\x00", language_end + 1) if language_end >= 0 else -1
         return body[translated_end + 1 :] if translated_end >= 0 else None

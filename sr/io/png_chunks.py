@@ -3,7 +3,7 @@
 :func:`png_chunks` lists the chunks in file order; :func:`stored_size` is the IHDR's width and height
 (before any EXIF orientation); :func:`late_exif_orientation` is the orientation of an eXIf chunk
 found after the pixel data (IDAT): the decoder (Pillow's ``getexif`` once the pixels are loaded)
-applies it, a header read does not see it (issue 54, row C).
+applies it, a header read does not see it.
 """
 
 from __future__ import annotations

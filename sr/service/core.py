@@ -116,7 +116,7 @@ class Service:
     def decode(self, engine: Upscaler, job: JobRequest) -> Callable[..., DecodedImage]:
         """The job's decode: in the sandbox; the work is planned again only when the decoded size
         differs from the admitted one (an orientation the header read missed cannot buy a job past
-        the time limit, issue 54 row C)."""
+        the time limit)."""
         def decode(data: bytes, max_pixels: int | None) -> DecodedImage:
             img = self.decoder.decode(data, max_pixels=max_pixels, wall_s=self.settings.timeout_s,
                                       should_stop=job.should_stop)

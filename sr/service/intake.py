@@ -1,4 +1,4 @@
-"""Admission before work (issue 54): what an upload may cost before it reaches the job pool.
+"""Admission before work: what an upload may cost before it reaches the job pool.
 
 :class:`UploadAdmission` (ASGI middleware) counts every upload from its first byte to its response,
 in total and per client address, and refuses one over either cap with a JSON 503 and Retry-After
@@ -10,7 +10,7 @@ uploads (``/healthz``, ``/readyz``, the page) are never counted, so a liveness p
 (:mod:`sr.service.sandbox`) with a small CPU and wall allowance, on two lanes: uploads of up to
 :data:`SMALL_UPLOAD_BYTES` on one, bigger ones on the other. A small malformed file, whose check
 takes microseconds, never waits behind eight 19 MB hostile uploads (row E: it waited 34.5 s). On
-each lane, client addresses take turns (:class:`FairGate`, issue 72): one address cannot hold a lane.
+each lane, client addresses take turns (:class:`FairGate`): one address cannot hold a lane.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class FairGate:
     """At most ``slots`` holders at once; the others wait, and a freed slot goes to the waiting
     client (address) that has had the fewest turns since the gate was last idle, the earliest
     waiter among equals. One address with six 19 MB uploads queued then delays another's upload by
-    one header read, not six (issue 72: a 349 KB JPEG waited 17.6 s on the large lane)."""
+    one header read, not six (a 349 KB JPEG waited 17.6 s on the large lane)."""
 
     def __init__(self, slots: int = 1) -> None:
         self.slots = slots

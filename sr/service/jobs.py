@@ -3,7 +3,7 @@
 At most ``workers`` jobs run and at most ``max_queue`` wait; a job beyond that is refused at once
 (:class:`QueueFullError`, the caller answers 503 + Retry-After) instead of piling up. Waiting jobs
 start by turns of client addresses, and a refused client gets a place in line whose slot is held
-for it (:class:`JobPool`, issue 72). Each job has a
+for it (:class:`JobPool`). Each job has a
 time limit counted from admission, queue wait included (:class:`JobTimeoutError` -> 504).
 
 A job whose request gives up (time limit passed, client gone) is told to stop: its ``stop`` event is
@@ -12,10 +12,10 @@ pass), abandons the work there (:class:`sr.inference.UpscaleCancelled`). The slo
 worker reaches that point, within one forward, so the pool never holds more than
 ``workers + max_queue`` jobs, whatever the clients do. A job still waiting is dropped from the queue.
 
-Time is predicted by one :class:`WorkModel` (issue 45): each job declares its :class:`Work` (network
+Time is predicted by one :class:`WorkModel`: each job declares its :class:`Work` (network
 forwards, the megapixels its tiles output, the megapixels decoded and encoded); seconds are a
 per-item cost measured on this machine times a factor learnt from the jobs that completed, times
-the machine's current load, a moving average over the last jobs of all kinds (issue 54). The same
+the machine's current load, a moving average over the last jobs of all kinds. The same
 prediction refuses a job that cannot finish within the time limit (the app's 422), refuses one that
 would start too late to finish in time (503), and gives ``Retry-After``: the predicted time until
 a slot frees (:meth:`JobPool.schedule`).
@@ -54,13 +54,13 @@ EMA_WEIGHT = 0.2
 # in log space) because the machine's load does: with two trainings beside it a job ran 2-3x slower
 # than at start-up, while the per-forward and per-megapixel factors, which only a job dominated by
 # their part could teach, kept the start-up speed. Thin strips and 67-MP images were admitted on
-# it and ran to a 504 (issue 54's soak: 18 of 298 requests).
+# it and ran to a 504 (a soak: 18 of 298 requests).
 LOAD_WEIGHT = 1 / 3
 LOAD_RANGE = (0.05, 20.0)
 # The load is a ratio measured on the jobs that ran, and it does not carry to a far bigger job: a
 # 64x64 upload ran at 0.7x its predicted network time, a 1536^2 one at 1.04x (asa-base x2, one
 # thread, idle), so a stream of small jobs talked the load down to 0.7 and a 67-MP job was predicted
-# at 22 s, admitted under a 30-s limit and ran into a 504 (issue 54's soak: 21 of 25). A job more
+# at 22 s, admitted under a 30-s limit and ran into a 504 (a soak: 21 of 25). A job more
 # than EXTRAPOLATE_ABOVE times the network work of the biggest recent teacher is predicted at no
 # less than the start-up speed, with a margin; the teacher's size fades by TAUGHT_DECAY per job.
 EXTRAPOLATE_ABOVE = 4.0
@@ -70,7 +70,7 @@ FACTOR_RANGE = (0.02, 50.0)       # one odd job (a swapped-out page, a cold cach
 MAX_RETRY_AFTER_S = 3600
 # After a job that decoded or encoded this many megapixels, and after every TRIM_EVERY_JOBS jobs,
 # freed memory goes back to the system: glibc keeps freed blocks in its per-thread arenas (the
-# event loop's, the workers', the thread pool's). In issue 54's soaks the server's RSS crept
+# event loop's, the workers', the thread pool's). In the service's soaks the server's RSS crept
 # 458 -> 625 MB with big strips among the jobs, and 337 -> 380 MB (+13%, linearly) with small jobs
 # only, while the same requests through the app in one thread held flat: no Python object leaked.
 # A strip upscaled four times in one process held +29 MB without malloc_trim, +0 with.
@@ -134,7 +134,7 @@ class WorkModel:
     that make most of the traffic keep the prediction of a rare big one current when other
     processes slow the machine down. A job's time split by stage, not by guess: a total alone cannot
     tell the parts apart, and hundreds of small jobs (mostly fixed cost) talked the megapixel factor
-    down until a 67-megapixel job looked like 30 s (issue 45's soak: admitted, it ran to the limit).
+    down until a 67-megapixel job looked like 30 s (a soak: admitted, it ran to the limit).
     A job without stage times teaches the factor of the part that dominated its prediction.
 
     A job stopped at the time limit still says something: it ran ``elapsed`` seconds and was not
@@ -309,7 +309,7 @@ MAX_RESERVATIONS_PER_SLOT = 4  # the line is bounded: past it, a refusal holds n
 class JobPool:
     """At most ``workers`` jobs running and ``max_queue`` waiting; waiting jobs start by turns of
     clients (one address cannot hold the queue: a client's next job waits behind every other
-    client's first), and a refused client gets a place in line (issue 72).
+    client's first), and a refused client gets a place in line.
 
     The line: a client refused because every slot is taken is told to come back when the slot for
     its place frees (Retry-After: the n-th end in the admitted jobs' schedule for the n-th in line),
@@ -367,7 +367,7 @@ class JobPool:
         predicted times.
 
         The first is when a slot frees, what a refused client should wait (Retry-After); the whole
-        queue's drain over-stated it 10-15x (issue 54, row F). A running job that overran its
+        queue's drain over-stated it 10-15x. A running job that overran its
         prediction counts as about to end.
         """
         with self._lock:
@@ -450,7 +450,7 @@ class JobPool:
     def check_room(self, work: Work, timeout: float) -> None:
         """Raise :class:`QueueFullError` when a job of ``work`` admitted now would not finish within
         ``timeout``: the wait for a worker plus its own predicted time. Such a job used to be
-        admitted and end as a 504 after holding a slot (issue 54, row F: 2 of 8 near the limit);
+        admitted and end as a 504 after holding a slot (2 of 8 near the limit);
         its Retry-After is when the wait will have shrunk enough."""
         _, start_delay = self.schedule()
         own = self.model.predict(work)

@@ -63,7 +63,7 @@ class BodyLimitMiddleware:
     under ``min_rate`` bytes per second on average (after :data:`BODY_GRACE_S`), or is not complete
     within ``total_timeout`` seconds.
 
-    The idle deadline alone let a client send 1 byte every few seconds forever (issue 54, row D):
+    The idle deadline alone let a client send 1 byte every few seconds forever:
     the floor and the cap bound the whole upload. Either answer carries ``Connection: close``,
     since the rest of the body is never read.
     """
@@ -211,7 +211,7 @@ class ResponsePacing:
     whole into the connection's write buffer; in pieces, its send waits for the client to read
     before the next one (the write buffer's high-water mark, :func:`connection_protocol`), so a
     connection holds at most about ``2 x piece`` bytes there, and an answer its client never reads
-    is dropped by the send timeout instead of sitting buffered (issue 72: 24 unread 9 MB answers)."""
+    is dropped by the send timeout instead of sitting buffered (24 unread 9 MB answers)."""
 
     def __init__(self, app: ASGIApp, piece: int) -> None:
         self.app = app
@@ -248,7 +248,7 @@ def _content_length(scope: Scope) -> int | None:
 
 
 # A body the route did not read (GET /healthz with a declared 100 MB body dribbled 1 byte every
-# 3 s, POST /healthz's 405; issue 72): up to this many bytes are read and dropped after the response,
+# 3 s, POST /healthz's 405): up to this many bytes are read and dropped after the response,
 # within the body timeout, so that the connection can serve its next request. A bigger rest is not
 # worth reading: the connection is closed after the response.
 DRAIN_MAX_BYTES = 64 * 1024
@@ -262,7 +262,7 @@ SEND_CHECKS_PER_TIMEOUT = 4
 
 
 class _ConnectionProtocol(H11Protocol):
-    """uvicorn's h11 protocol with the connection limits the app cannot see (issue 54, issue 72):
+    """uvicorn's h11 protocol with the connection limits the app cannot see:
 
     - a request head not complete within ``header_timeout`` seconds of its first byte (or of the
       connection, for one that sends nothing) gets 408 and the connection closed;

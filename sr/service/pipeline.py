@@ -232,7 +232,7 @@ def output_format(requested: str, source: str | None) -> str:
 
 class BudgetMapStore:
     """The budget maps of recent results, as heat-map levels (1 byte per input pixel), so that the
-    page shows a result's map without a second upscale (issue 45). Bounded in bytes; the oldest go
+    page shows a result's map without a second upscale. Bounded in bytes; the oldest go
     first; ids are unguessable, and the routes that use them need the API key anyway."""
 
     def __init__(self, max_bytes: int = 64 * 2**20) -> None:

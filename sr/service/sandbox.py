@@ -1,4 +1,4 @@
-"""Decode uploads in child processes whose CPU time and memory the kernel bounds (issue 54).
+"""Decode uploads in child processes whose CPU time and memory the kernel bounds.
 
 The pre-checks of :mod:`sr.io` (scan counts, metadata sizes, page counts) refuse the known decoder
 pathologies in microseconds; this module is the guarantee behind them: any decode, known bomb or not,
@@ -443,7 +443,7 @@ MAX_REASON = 300
 
 def _serve_one(job: JobMessage, data: bytes) -> tuple[Result, list[int]]:
     """The job's result, or its refusal as an :class:`ErrorReply`: whatever the decoder raises, the
-    child answers and lives on (issue 72: a TypeError from Pillow killed it, cost a restart and was
+    child answers and lives on (a TypeError from Pillow killed it, cost a restart and was
     answered "refused before decoding"); only its limits end it."""
     try:
         return _serve(job, data)
@@ -510,7 +510,7 @@ def child_main(argv: list[str] | None = None) -> int:
     from PIL import Image
 
     # Before "ready": the first job should not pay for the imports, nor for Pillow's plugin
-    # registry (Image.init imports every format plugin: ~0.5 s of a loaded machine, issue 54).
+    # registry (Image.init imports every format plugin: ~0.5 s of a loaded machine).
     Image.init()
     sio.read_image(_WARM_UP_PNG)
 

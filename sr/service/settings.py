@@ -47,7 +47,7 @@ class Settings:
     max_work_pixels: int = 128 * 2**20
     body_timeout_s: float = 30.0              # longest pause while an upload is read -> 408
     header_timeout_s: float = 10.0            # longest a request's headers may take to arrive -> 408
-    # Slow clients (issue 54): an upload must average this many bytes per second, counted from its
+    # Slow clients: an upload must average this many bytes per second, counted from its
     # first few seconds (limits.BODY_GRACE_S), and end within body_total_s, else 408. The floor
     # stops the drip-feeders (1 byte every 5 s passed the idle timeout forever); the cap is what
     # binds a big upload on a slow link (20 MiB at the floor would take 21 minutes).
@@ -63,13 +63,13 @@ class Settings:
     decode_cpu_s: float = 60.0
     probe_cpu_s: float = 2.0
     probe_wall_s: float = 10.0
-    # Answers (issue 72): a response the client stops reading is aborted after send_timeout_s without
+    # Answers: a response the client stops reading is aborted after send_timeout_s without
     # progress, and its memory freed (24 unread 9 MB answers held 213 MB for as long as their clients
     # stayed); at most max_buffered_bytes of one connection's answer wait in the server's write
     # buffer, the rest goes out as the client reads (service.limits).
     send_timeout_s: float = 30.0
     max_buffered_bytes: int = 2**20
-    # Community models (issue 71): every model file of models_dir (sr's own or one spandrel reads) is
+    # Community models: every model file of models_dir (sr's own or one spandrel reads) is
     # offered by its file stem; their engines are loaded on first use and the least recently used
     # are dropped while their parameter bytes (fp32) would pass models_memory_mb (docs/service.md).
     models_dir: Path | None = None
@@ -153,7 +153,7 @@ class Settings:
 
 
 # Variables taken as given: a blank or padded API key is refused, not quietly read as unset or
-# trimmed (a whitespace-only SR_API_KEY used to turn authentication off, issue 45).
+# trimmed (a whitespace-only SR_API_KEY used to turn authentication off).
 KEEP_BLANK = frozenset({"api_key"})
 
 

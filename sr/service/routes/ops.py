@@ -17,10 +17,10 @@ router = APIRouter(tags=["ops"])
                                 "the API key, when the server has one)")
 async def healthz(request: Request, service: ServiceDep) -> dict[str, object]:
     # async: answered on the event loop, never waiting for a thread that uploads or sync
-    # endpoints may all hold (a liveness probe must not be starved, issue 54 row D).
+    # endpoints may all hold (a liveness probe must not be starved).
     report: dict[str, object] = {"status": "ok", "model_state": service.hub.state,
                                  "jobs": service.pool.stats(), "uploads": service.admission.stats()}
-    # The decoders' kill and CPU counters tell an attacker which file hurt (issue 72): with a key
+    # The decoders' kill and CPU counters tell an attacker which file hurt: with a key
     # configured, only a caller who has it sees them. /healthz itself stays open, for probes.
     key = service.settings.api_key
     given = next((v for k, v in request.headers.raw if k == b"x-api-key"), b"")

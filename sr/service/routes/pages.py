@@ -12,7 +12,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
 # Swagger UI's JS/CSS, served locally (works offline). Swagger UI 5, from the fastapi-offline wheel:
 # the 4.x of swagger-ui-bundle cannot read OpenAPI 3.1, FastAPI's document ("Unable to render this
-# definition", issue 45).
+# definition").
 DOCS_ASSETS = "/docs-assets"
 DOCS_ASSETS_DIR = Path(importlib.util.find_spec("fastapi_offline").origin).parent / "static"
 
