@@ -36,7 +36,8 @@ PNG_HEAD = b"\x89PNG\r\n\x1a\n" + b"\0" * 8
 
 
 @pytest.mark.parametrize(("error", "answer"), [
-    (ImageTooLargeError("9 MP, over 4"), Answer(413, "image too large: 9 MP, over 4")),
+    (ImageTooLargeError("9 MP, over 4"),
+     Answer(413, "image too large: 9 MP, over 4 (the server's SR_MAX_PIXELS)")),
     (AnimatedImageError("3 frames"), Answer(415, "unsupported image: 3 frames")),
     (UnsupportedModeError("F"), Answer(415, "unsupported pixel format: F (a valid image, but only 1-, 8- and "
                                             "16-bit gray, RGB, CMYK and palette images are read)")),

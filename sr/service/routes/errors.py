@@ -74,7 +74,8 @@ def _out_of_memory(exc: Exception) -> Answer:
 
 ANSWERS: dict[type[BaseException], Callable[[Exception], Answer]] = {
     # the upload
-    ImageTooLargeError: lambda e: Answer(413, f"image too large: {e}"),
+    # the limit is the server's own setting, named so an operator knows which one to raise
+    ImageTooLargeError: lambda e: Answer(413, f"image too large: {e} (the server's SR_MAX_PIXELS)"),
     AnimatedImageError: lambda e: Answer(415, f"unsupported image: {e}"),
     UnsupportedModeError: _unsupported_mode,
     CorruptImageError: _corrupt,                      # starts like an image we read (errors.upload_error)
