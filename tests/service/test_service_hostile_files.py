@@ -97,14 +97,15 @@ def test_a_decoder_exception_is_a_400_with_its_reason_and_the_child_lives_on(mak
 
 
 def test_over_pillows_bomb_limit_the_413_quotes_the_servers_own_limit(make_client) -> None:
-    # Issue 72: over 178,956,970 pixels the 413 quoted Pillow's "decompression bomb" text.
+    # Over 178,956,970 pixels the 413 used to quote Pillow's "decompression bomb" text.
     client = make_client()
     limit = client.app.state.service.settings.max_pixels
     for width, height in ((20_000, 9_000), (5_000, 5_000)):  # past Pillow's limit, and under it
         r = client.post("/v1/upscale", files={"file": ("a.png", _png_header(width, height))})
         assert r.status_code == 413
         assert r.json()["detail"].startswith("image too large: ")
-        assert r.json()["detail"].endswith(f"{width * height:,} pixels, over the limit of {limit:,}")
+        assert r.json()["detail"].endswith(f"{width * height:,} pixels, over the limit of {limit:,} "
+                                           "(the server's SR_MAX_PIXELS)")
 
 
 def test_the_service_takes_the_formats_people_upload_and_names_them_when_refusing(make_client,
