@@ -259,13 +259,14 @@ def blend_state_dicts(
     return out
 
 
-def _file_key(path: Path) -> tuple[str, int, int]:
-    """A cache key that changes when the file is replaced (provisional weights get overwritten)."""
+def file_key(path: Path) -> tuple[str, int, int]:
+    """A cache key that changes when the file is replaced (provisional weights get overwritten): the
+    blend cache's here, sr.external's caches of recognised models and file hashes."""
     st = path.stat()
     return str(path.resolve()), st.st_mtime_ns, st.st_size
 
 
-# A cache key: a file's (_file_key), or a blend's (base key, other key, amount), which nests.
+# A cache key: a file's (file_key), or a blend's (base key, other key, amount), which nests.
 StateKey = tuple
 
 
@@ -338,7 +339,7 @@ def load_blend(
         raise WeightsError(f"cannot blend {a.name} and {b.name}: their architectures differ")
     amount = _check_amount(amount)
     meta = {"blend": json.dumps({"base": a.name, "other": b.name, "amount": amount})}
-    return _blended((_file_key(a.path), _file_key(b.path), amount), [a, b], b, map_location,
+    return _blended((file_key(a.path), file_key(b.path), amount), [a, b], b, map_location,
                     name or f"{b.name}@{amount:g}", meta)
 
 
@@ -361,11 +362,11 @@ def load_look(
     p, n = _weights_file(photo), _weights_file(natural)
     look = _check_amount(look, "look")
     files = [p, n]
-    key: StateKey = (_file_key(p.path), _file_key(n.path), look)
+    key: StateKey = (file_key(p.path), file_key(n.path), look)
     meta = {"look": json.dumps({"base": p.name, "other": n.name, "amount": look})}
     if base is not None and _check_amount(denoise, "denoise") != 1:
         d = _weights_file(base)
         files.insert(0, d)
-        key = (_file_key(d.path), key, float(denoise))
+        key = (file_key(d.path), key, float(denoise))
         meta["blend"] = json.dumps({"base": d.name, "other": p.name, "amount": float(denoise)})
     return _blended(key, files, p, map_location, name or f"{p.name}@look={look:g}", meta)

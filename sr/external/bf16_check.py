@@ -22,6 +22,7 @@ import torch
 
 from ..descriptor import ModelDescriptor
 from ..io import atomic_write
+from ..weights import file_key
 
 MIN_AGREEMENT_DB = 50.0
 CHECK_SIZE = 48  # the check image's side: every architecture's receptive field sees edges and texture
@@ -47,8 +48,7 @@ def check_image(size: int = CHECK_SIZE) -> torch.Tensor:
 
 
 def _file_hash(path: Path) -> str:
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    key = file_key(path)
     if key not in _hashes:
         h = hashlib.sha256()
         with open(path, "rb") as f:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..descriptor import ArchInfo, ModelDescriptor
 from ..shipped import MODEL_SUFFIXES
+from ..weights import file_key
 from .files import ModelFileError, read_state_dict
 from .network import ExternalNet
 
@@ -101,15 +102,10 @@ def _recognise(path: Path) -> tuple[ArchInfo, Any]:
     return info, found
 
 
-def _file_key(path: Path) -> tuple[str, int, int]:
-    st = path.stat()
-    return str(path.resolve()), st.st_size, st.st_mtime_ns
-
-
 def _recognised(path: Path) -> tuple[ArchInfo, Any]:
     if not path.is_file():
         raise ModelFileError(f"model file not found: {path}")
-    key = _file_key(path)
+    key = file_key(path)
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:

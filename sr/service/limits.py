@@ -238,13 +238,7 @@ class ResponsePacing:
 
 
 def _content_length(scope: Scope) -> int | None:
-    for key, value in scope.get("headers", []):
-        if key == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+    return _content_length_of(scope.get("headers", []))
 
 
 # A body the route did not read (GET /healthz with a declared 100 MB body dribbled 1 byte every
@@ -396,7 +390,7 @@ class _ConnectionProtocol(H11Protocol):
 
 
 def _content_length_of(headers: list[tuple[bytes, bytes]]) -> int | None:
-    """The declared Content-Length of lower-cased request headers; None when chunked or absent."""
+    """The declared Content-Length of lower-cased request headers; None when absent or unreadable."""
     for key, value in headers:
         if key == b"content-length":
             try:
