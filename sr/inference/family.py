@@ -104,8 +104,8 @@ class FamilyEngine(Upscaler, serves=FAMILY):
     def _pre_loaded(self) -> Loaded:
         """The pre model, loaded once (fp32 or bf16 as its own precision check says), under the lock."""
         assert self._pre is not None
-        dtype = choose_external_dtype(self._pre, self.precision, self.device)[0] if not self._pre.own \
-            else torch.float32
+        # _find_pre takes 1x models only, and sr's own networks all upscale: always another architecture
+        dtype = choose_external_dtype(self._pre, self.precision, self.device)[0]
         key = (1, dtype)  # upscaling models have scale >= 2: no clash in the cache
         loaded = self._models.get(key)
         if loaded is None:
