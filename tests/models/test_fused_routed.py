@@ -321,3 +321,22 @@ def test_info_and_verbose_name_the_path_that_runs(monkeypatch, capsys):
     assert line == "attention kernel: fallback: tiered SDPA (simulated)"
     assert kernel_line(Upscaler("asa-base", device="cpu", attention_path="static")) is None
     assert kernel_line(Upscaler("photo-conv", device="cpu")) is None
+
+
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_an_eval_forward_under_cpu_bf16_autocast_runs(switch, built, monkeypatch, fresh_kernel_state):
+    """A bf16 GAN fine-tune's EMA forward: the network at inference inside autocast, the kernel's first
+    load (its fp32 agreement check) included, and the tiered path writing bf16 results into its rows."""
+    from sr.models import SRNet, build_config
+
+    monkeypatch.setattr(native, "build", lambda root=None: (built.path, built.built))
+    monkeypatch.setenv(native.ENV_SWITCH, switch)
+    torch.manual_seed(0)
+    net = SRNet(build_config("asa-base", scale=2)).eval()
+    x = torch.rand(2, 3, 40, 40)
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # first: the kernel's first load runs inside
+            out = net(x)
+        ref = net(x)
+    assert out.shape == ref.shape and out.dtype == torch.bfloat16
+    assert (out.float() - ref).abs().max().item() < 0.05

@@ -209,7 +209,8 @@ def tiered_attention(
             kg = k_rows.index_select(0, kv_ids).view(m, t * pp, heads, d).transpose(1, 2)
             vg = v_rows.index_select(0, kv_ids).view(m, t * pp, heads, d).transpose(1, 2)
             res = F.scaled_dot_product_attention(qg, kg, vg)  # (m, heads, P, d); scores m x P x tP
-            out.index_copy_(0, q_ids, res.transpose(1, 2).reshape(m * pp, c))
+            # under autocast SDPA answers in the autocast dtype; the rows keep theirs
+            out.index_copy_(0, q_ids, res.transpose(1, 2).reshape(m * pp, c).to(out.dtype))
             gathered, calls = gathered + m * t, calls + 1
     if stats is not None:
         stats["gathered"] = stats.get("gathered", 0) + gathered
