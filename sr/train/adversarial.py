@@ -115,3 +115,60 @@ def artefact_map(out: torch.Tensor, ema_out: torch.Tensor, hr: torch.Tensor) -> 
 def artefact_loss(out: torch.Tensor, hr: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """L1 between output and HR, weighted per pixel by :func:`artefact_map`."""
     return (weight * (out.float() - hr).abs()).mean()
+
+
+# The grid-locked pattern term. A GAN fine-tune learns to stamp a faint per-LR-pixel pattern through
+# the sub-pixel upsampler (every output phase (row mod s, column mod s) gets its own small bias), which
+# the discriminator does not punish and which shows as a dot lattice on smooth areas. The term pulls
+# the output's per-phase mean of its luminance high-pass toward HR's, pooled over the batch and over
+# HR's smooth pixels (the lattice measure of sr.evaluation.perceptual, made differentiable): a bias
+# consistent across images is what the pooling keeps, texture's noise is what it averages away.
+PHASE_SIGMA = 2.0
+PHASE_WINDOW = 7
+PHASE_SMOOTH_STD = 4.0 / 255.0  # grey levels in [0, 1] units
+
+
+def _gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
+    # x: (N, 1, H, W) -> the same, blurred separably with a Gaussian of ``sigma`` (reflect-padded)
+    radius = int(3 * sigma + 0.5)
+    t = torch.arange(-radius, radius + 1, dtype=x.dtype, device=x.device)
+    kernel = torch.exp(-0.5 * (t / sigma) ** 2)
+    kernel = kernel / kernel.sum()
+    x = F.pad(x, (radius, radius, radius, radius), mode="reflect")
+    x = F.conv2d(x, kernel.view(1, 1, 1, -1))
+    return F.conv2d(x, kernel.view(1, 1, -1, 1))
+
+
+def _luma(x: torch.Tensor) -> torch.Tensor:
+    # x: (N, 3, H, W) RGB in [0, 1] -> (N, 1, H, W) Y in [0, 1] units (BT.601 weights, as PSNR's Y)
+    weights = x.new_tensor([65.481, 128.553, 24.966]).view(1, 3, 1, 1) / 255.0
+    return (x * weights).sum(1, keepdim=True)
+
+
+def phase_means(out: torch.Tensor, hr: torch.Tensor, scale: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-phase means (scale, scale) of the luminance high-pass of ``out`` and ``hr``, in grey levels,
+    pooled over the batch and HR's smooth pixels, each less its mean over the phases.
+
+    ``out`` and ``hr``: (N, 3, H, W) in [0, 1], H and W multiples of ``scale``, top-left pixel at
+    phase (0, 0) of the LR grid (a training patch is). Where HR has no smooth pixel both are zero.
+    """
+    out_y, hr_y = _luma(out.float()), _luma(hr.float())
+    with torch.no_grad():
+        smooth = (_local_variance(hr_y, PHASE_WINDOW).sqrt() < PHASE_SMOOTH_STD).to(out_y.dtype)
+        n, _, h, w = smooth.shape
+        weight = smooth.view(n, h // scale, scale, w // scale, scale).sum((0, 1, 3))  # (s, s)
+    result = []
+    for y in (out_y, hr_y):
+        hp = (y - _gaussian_blur(y, PHASE_SIGMA)) * smooth  # (N, 1, H, W)
+        total = hp.view(n, h // scale, scale, w // scale, scale).sum((0, 1, 3))  # (s, s)
+        mean = total / weight.clamp_min(1.0) * 255.0
+        result.append(mean - mean.mean())
+    return result[0], result[1]
+
+
+def phase_loss(out: torch.Tensor, hr: torch.Tensor, scale: int) -> torch.Tensor:
+    """L1, in grey levels, between the output's and HR's per-phase high-pass means (:func:`phase_means`)."""
+    if scale < 2:
+        return out.new_zeros(())
+    fake, real = phase_means(out, hr, scale)
+    return (fake - real).abs().mean()

@@ -65,6 +65,9 @@ class TrainConfig:
     feature_weight: float = 1.0  # discriminator feature matching (only with gan_weight > 0)
     frequency_weight: float = 0.0  # L1 between the 2-D spectra
     artefact_weight: float = 1.0  # LDL artefact-weighted L1 (only with gan_weight > 0)
+    # L1 between output's and HR's per-output-phase high-pass means in grey levels: no grid-locked
+    # dot lattice (sr.train.adversarial.phase_loss); 0 = off
+    phase_weight: float = 0.0
     disc_width: int = 16  # the discriminator's channels at full resolution
     disc_lr: float = 1e-4
     # keep an EMA snapshot (snap-STEP.pt, best.pt's format) every N steps: a perceptual run is chosen

@@ -37,6 +37,7 @@ from .adversarial import (
     artefact_map,
     feature_matching_loss,
     frequency_loss,
+    phase_loss,
 )
 from .config import AMP_CHOICES, INIT_LAYER_CHOICES, LOSS_CHOICES, TrainConfig
 
@@ -240,8 +241,8 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError(f"--cycle-start {cfg.cycle_start} must lie in [0, --steps {cfg.steps})")
     check_rescale(cfg.rescale)
     check_rgb_perm(cfg.rgb_perm)
-    if cfg.gan_weight < 0 or cfg.snapshot_every < 0:
-        raise ValueError("--gan-weight and --snapshot-every must be >= 0")
+    if cfg.gan_weight < 0 or cfg.snapshot_every < 0 or cfg.phase_weight < 0:
+        raise ValueError("--gan-weight, --phase-weight and --snapshot-every must be >= 0")
     if cfg.gan_weight > 0 and (cfg.patch * cfg.scale) % 8:
         raise ValueError(f"--gan-weight needs an HR patch side (--patch x --scale = "
                          f"{cfg.patch * cfg.scale}) that is a multiple of 8 (the discriminator's "
@@ -282,7 +283,7 @@ class _LogWindow:
 
     def add(self, pixel: torch.Tensor, aux: dict) -> None:
         self.loss_sum += pixel
-        for key in ("gan", "feature", "artefact", "disc"):
+        for key in ("gan", "feature", "artefact", "phase", "disc"):
             if key in aux:
                 self.extra_sums[key] = self.extra_sums.get(key, self.zero) + aux[key].float()
         maps = aux.get("budget_maps")
@@ -408,6 +409,10 @@ class Trainer:
         loss = pixel + cfg.budget_weight * aux.get("budget_loss", 0.0)
         if cfg.frequency_weight > 0:
             loss = loss + cfg.frequency_weight * frequency_loss(out, hr)
+        if cfg.phase_weight > 0:
+            phase = phase_loss(out, hr, cfg.scale)
+            aux["phase"] = phase.detach()
+            loss = loss + cfg.phase_weight * phase
         if self.disc is not None:
             loss = loss + self._generator_terms(lr, out, hr, aux)
         self.opt.zero_grad(set_to_none=True)

@@ -14,6 +14,8 @@ from sr.train.adversarial import (
     artefact_map,
     feature_matching_loss,
     frequency_loss,
+    phase_loss,
+    phase_means,
 )
 from sr.train.loop import Trainer
 from tests.train.runs import export_checkpoint, read_log, tiny_config
@@ -64,13 +66,13 @@ def test_artefact_map_weights_only_pixels_worse_than_the_ema_where_the_residual_
 
 def test_gan_run_trains_the_discriminator_logs_its_terms_snapshots_and_resumes(tmp_path):
     cfg = tiny_config(tmp_path, steps=6, val=[], gan_weight=0.1, frequency_weight=0.05, disc_width=8,
-               log_every=3, snapshot_every=3, ckpt_every=3)
+               log_every=3, snapshot_every=3, ckpt_every=3, phase_weight=0.5)
     trainer = Trainer(cfg)
     disc_before = {k: v.clone() for k, v in trainer.disc.state_dict().items()}
     trainer.fit(stop_at=3)
     assert any(not torch.equal(disc_before[k], v) for k, v in trainer.disc.state_dict().items())
     rec = next(r for r in read_log(cfg.run_dir) if "loss" in r)
-    assert {"gan", "feature", "artefact", "disc"} <= set(rec)
+    assert {"gan", "feature", "artefact", "phase", "disc"} <= set(rec)
     resumed = Trainer(tiny_config(tmp_path, steps=6, val=[], gan_weight=0.1, frequency_weight=0.05,
                                   disc_width=8, log_every=3, snapshot_every=3, ckpt_every=3), resume=True)
     for k, v in trainer.disc.state_dict().items():  # the discriminator comes back with the run
@@ -88,8 +90,52 @@ def test_gan_settings_are_checked_before_training(tmp_path):
         Trainer(tiny_config(tmp_path, gan_weight=0.1, patch=15))
     with pytest.raises(ValueError, match=">= 0"):
         Trainer(tiny_config(tmp_path / "b", gan_weight=-1))
+    with pytest.raises(ValueError, match="--phase-weight"):
+        Trainer(tiny_config(tmp_path / "c", phase_weight=-0.1))
 
 
 def test_pixel_only_training_has_no_discriminator(tmp_path):
     trainer = Trainer(tiny_config(tmp_path, steps=1, val=[]))
     assert trainer.disc is None and "disc" not in trainer._state()
+
+
+def _smooth_batch(n: int, side: int) -> torch.Tensor:
+    # (n, 3, side, side) smooth gradients in [0.2, 0.8]: every pixel is "smooth" (local std << 4/255)
+    ramp = torch.linspace(0.2, 0.8, side)
+    img = (ramp[None, :] * 0.5 + ramp[:, None] * 0.5).expand(3, side, side)
+    return torch.stack([img * (0.9 + 0.05 * i) for i in range(n)])
+
+
+def test_phase_loss_measures_a_grid_locked_pattern_and_nothing_else():
+    hr = _smooth_batch(2, 48)
+    g = torch.Generator().manual_seed(0)
+    # a per-output-phase bias of +-2 grey levels, repeated on the LR grid (the dot lattice)
+    pattern = (torch.randint(0, 2, (4, 4), generator=g).float() * 2 - 1) * 2 / 255
+    stamped = hr + pattern.repeat(12, 12)[None, None]
+    assert phase_loss(hr, hr, 4).item() == 0
+    assert phase_loss(stamped, hr, 4).item() > 0.5  # grey levels: a 2-level stamp survives the high-pass
+    fake, real = phase_means(stamped, hr, 4)
+    assert fake.shape == (4, 4) and abs(fake.mean().item()) < 1e-4
+    # the same stamp at a period the scale does not lock to averages out: no phase bias at period 4
+    off_grid = hr + (torch.arange(48) % 3 == 0).float()[None, None, None, :] * 2 / 255
+    assert phase_loss(off_grid, hr, 4).item() < 0.25 * phase_loss(stamped, hr, 4).item()
+    # random noise of the same amplitude (no lock to the grid) scores far below the stamp
+    noisy = hr + torch.randn(hr.shape, generator=g) * 2 / 255
+    assert phase_loss(noisy, hr, 4).item() < 0.25 * phase_loss(stamped, hr, 4).item()
+    assert phase_loss(stamped, hr, 1).item() == 0  # no sub-pixel grid at x1
+
+
+def test_phase_loss_ignores_texture_and_its_gradient_removes_the_pattern():
+    g = torch.Generator().manual_seed(1)
+    textured = torch.rand(1, 3, 32, 32, generator=g)  # no smooth pixel: nothing to score
+    assert phase_loss(textured + 0.01, textured, 2).item() == 0
+    hr = _smooth_batch(1, 32)
+    pattern = torch.tensor([[1.0, -1.0], [-1.0, 1.0]]) * 3 / 255
+    out = (hr + pattern.repeat(16, 16)).requires_grad_(True)
+    before = phase_loss(out, hr, 2).item()
+    opt = torch.optim.SGD([out], lr=2e-4)
+    for _ in range(50):
+        opt.zero_grad()
+        phase_loss(out, hr, 2).backward()
+        opt.step()
+    assert phase_loss(out, hr, 2).item() < 0.2 * before
