@@ -36,7 +36,7 @@ from ._script import run_script
 FIELDS = ["scale", "run", "preset", "parent", "step", "batch", "patch", "valid", "set5", "set14"]
 SETS = ("valid", "set5", "set14")
 LABELS = {"valid": "valid", "set5": "Set5", "set14": "Set14"}
-# CARN-M's released weights measured under this project's protocol (issue 26's table): the bar.
+# CARN-M's released weights measured under this project's protocol: the bar.
 CARN_M = {2: {"set5": 37.70, "set14": 33.25}, 3: {"set5": 34.10, "set14": 30.05},
           4: {"set5": 31.90, "set14": 28.35}}
 COLOURS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14),

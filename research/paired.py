@@ -1,6 +1,6 @@
 """``python -m research.paired``: two models on the same degraded images, paired, and where they differ.
 
-The question it answers is issue 53's: does the sparse attention pay on degraded input at equal
+The question it answers: does the sparse attention pay on degraded input at equal
 compute? ``--a`` is the conv-only arm, ``--b`` the attention arm (any two models of one scale work).
 
 - **Per level** (web, mild, medium, heavy, clean; the seeded sets of ``sr degrade``, clean = the

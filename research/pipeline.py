@@ -1,11 +1,11 @@
-"""``python -m research.pipeline``: issue 52's end-to-end figures of ``sr upscale``, reproducibly.
+"""``python -m research.pipeline``: the end-to-end figures of ``sr upscale``, reproducibly.
 
 **big**: a 4000 x 3000 photo-like JPEG (quality 90) to x2 with the defaults and ``-f jpg``, run as
 its own ``sr upscale`` process; its CPU time, wall time and peak RSS (the child's ``ru_maxrss``)
 against the conv body's own time for those pixels: the model and precision the defaults chose, the
-network with every attention block bypassed (:func:`benchmarks.cost.attention_bypassed`, the issue's
-method), timed on tiles of the auto plan's size cut from the same image, per pixel times the
-image's pixels (overlap not counted). A 2000 x 1500 input to x2 (a 12 MP output) gives a second
+network with every attention block bypassed (:func:`benchmarks.cost.attention_bypassed`, as
+``sr bench cost`` does), timed on tiles of the auto plan's size cut from the same image, per pixel
+times the image's pixels (overlap not counted). A 2000 x 1500 input to x2 (a 12 MP output) gives a second
 peak RSS. The picture is a mosaic of the ``--valid`` images at their own resolution (flipped
 where repeated), so it has photographic detail everywhere; it is written to ``--work``, never to
 the repository.

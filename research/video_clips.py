@@ -2,7 +2,7 @@
 
 Two sources of HR frames, both from valid/ (held out, never trained on):
 
-- :func:`mosaic_frames`, the issue's clip: a pan across a mosaic of 8 valid images picked by a rule
+- :func:`mosaic_frames`, the reference clip: a pan across a mosaic of 8 valid images picked by a rule
   fixed before any model was scored: the sorted file names, every 4th from the first (so BSDS500,
   City100, PolyU and SUN-Hays all appear), each turned landscape and centre-cropped to 292x288,
   tiled 4 x 2 into a 1168x576 canvas. One averaged PolyU photo (bicubic alone reaches 39 dB there)

@@ -1,4 +1,4 @@
-"""Video quality and speed of ``sr upscale clip.mp4``: the issue's clip, made here, scored against its HR.
+"""Video quality and speed of ``sr upscale clip.mp4``: the reference clip, made here, scored against its HR.
 
 The clip (research/video_clips.py): a 48-frame pan, 3 HR pixels a frame, across a mosaic of 8 held-out
 valid/ images chosen by a fixed rule (sorted names, every 4th); 1024x576 HR frames, each downscaled x2

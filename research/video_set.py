@@ -3,7 +3,7 @@
 For each of the held-out valid/ images (all of them, sorted; ``--first N`` for a quick subset): a short
 pan (``--frames`` frames, 3 HR pixels a frame) over a ``--size`` window centred on the image (turned
 landscape when portrait, so all 33 fit), downscaled x2 with MATLAB bicubic and encoded H.264 at
-``--crf`` like the issue's clip (research/video_clips.py, no audio). Each method (bicubic, a model,
+``--crf`` like the reference clip (research/video_clips.py, no audio). Each method (bicubic, a model,
 ``NAME@D`` for ``--denoise D``) is scored as its frames leave the network (``raw``) and after the
 output encode at each ``--out-crf`` (research/video_scoring.py), so bicubic and the models go through
 the same path. Prints one line per image and the distribution (mean, median, min, max) of each

@@ -129,7 +129,7 @@ def test_same_format_by_decoded_name_or_suffix_agree(source: str | None, fmt: st
     ({"look": -(10**400), "model": "photo"}, "look must be a number from 0 to 1"),
 ])
 def test_absurd_numbers_are_refused_before_any_arithmetic_in_one_line(fields: dict, message: str) -> None:
-    # issue 72: outscale=1e308 and a 401-digit width reached sizing's arithmetic (OverflowError, a 500)
+    # outscale=1e308 or a 401-digit width must not reach sizing's arithmetic (an OverflowError, a 500)
     with pytest.raises(RequestError, match=message) as e:
         UpscaleRequest(**fields).validate()
     assert e.value.field in fields and len(str(e.value)) < 200 and "\n" not in str(e.value)

@@ -26,7 +26,7 @@ Back-pressure (what bounds memory on a folder of many large images): one image p
 ``actors + 1`` read tasks and ``actors + 1`` write tasks in flight; each actor holds at most
 ``ACTOR_QUEUE`` image (the one it runs); and Ray Data's streaming executor keeps the
 bytes buffered between stages under ``BUFFER_BYTES`` of the object store, or under its own default
-(half the object store) where that is lower. Measured (issue 29, docs/cluster.md): memory plateaus;
+(half the object store) where that is lower. Measured (docs/cluster.md): memory plateaus;
 the steady state is mostly worker processes (bounded by the pool sizes), not buffered images.
 """
 

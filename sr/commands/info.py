@@ -50,10 +50,10 @@ META_FIELDS = {
 }
 META_HIDDEN = {"format", "config", "scale", "params", "preset", "attention"}
 
-# Notes written into weights files by their training runs can cite the project's tracker ("issue 53's
+# Notes written into weights files by their training runs can cite the project's tracker ("issue N's
 # conv-only arm"); a user has no tracker, so sr info shows them without it.
-_TRACKER_OWNER = re.compile(r"\b[Ii]ssue \d+'s\s+")                # "issue 53's conv-only arm" -> "the ..."
-_TRACKER_ASIDE = re.compile(r"\s*\((?:see )?[Ii]ssue \d+[^()]*\)")  # " (issue 54, row E)" -> ""
+_TRACKER_OWNER = re.compile(r"\b[Ii]ssue \d+'s\s+")                # "issue N's conv-only arm" -> "the ..."
+_TRACKER_ASIDE = re.compile(r"\s*\((?:see )?[Ii]ssue \d+[^()]*\)")  # " (issue N, row E)" -> ""
 _TRACKER_WORD = re.compile(r"\s*\b(?:in |of |from )?[Ii]ssue \d+\b")
 
 

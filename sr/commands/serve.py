@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings)
     # A backstop only: uploads are capped by the app (service.intake.UploadAdmission: a JSON 503 with
     # Retry-After, and /healthz never counted); uvicorn's own cap answers plain text and counts
-    # health checks, so (workers + queue) * 4 + 32 starved /healthz under 51 slow uploads (issue 54).
+    # health checks, so (workers + queue) * 4 + 32 starved /healthz under 51 slow uploads.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             limit_concurrency=UVICORN_CONNECTION_CAP, timeout_graceful_shutdown=5,
                             http=connection_protocol(settings))

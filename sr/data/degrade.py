@@ -72,7 +72,7 @@ class DegradeConfig:
     second_blur_sigma: tuple[float, float] = (0.2, 0.6)
     second_gauss_sigma: tuple[float, float] = (1.0, 8.0)
     second_jpeg_quality: tuple[int, int] = (60, 95)
-    # A chain of saves (issue 53): the camera's own JPEG of the full-size photo before an app shrinks
+    # A chain of saves: the camera's own JPEG of the full-size photo before an app shrinks
     # and saves it again. Of the non-clean samples, the share that starts from such a file.
     camera_jpeg_prob: float = 0.0
     camera_jpeg_quality: tuple[int, int] = (85, 95)
@@ -136,7 +136,8 @@ class DegradeParams:
 
 
 SUBSAMPLING = ("4:2:0", "4:2:2", "4:4:4")
-# Fields added later (issue 53's save chains), written only where they differ from their defaults.
+# Fields added later (the save chains), written only where they differ from their defaults, so a
+# record that does not use them reads exactly as one written before they existed.
 _LATER_FIELDS = {"camera_jpeg_prob", "camera_jpeg_quality", "subsampling", "camera_jpeg"}
 
 
@@ -353,7 +354,7 @@ TRAINING_CONFIGS: dict[str, DegradeConfig] = {
     # more resized-and-saved photos, a little less clean input and much less of the blind chain. Of
     # all samples: 25% clean, 63.75% only resized (+ JPEG), 11.25% the full chain.
     "photo-jpeg": DegradeConfig(clean_share=0.25, sharp_share=0.85, resize_weights=(0.2, 0.1, 0.7)),
-    # The sixth cycle's (issue 53): the fifth left the blur/noise levels short of their floors (blind
+    # The sixth cycle's: the fifth left the blur/noise levels short of their floors (blind
     # mean over asa-base +1.23 / +0.85 dB at x2 / x4 on valid, +1.3 / +0.9 asked) with the web level
     # at a specialist's ceiling, so the full chain comes back from 11% to 26% of the samples while
     # resized-and-saved photos keep the largest share. Of all samples: 25% clean, 48.75% only
@@ -362,7 +363,7 @@ TRAINING_CONFIGS: dict[str, DegradeConfig] = {
     # Not a photo family: a ceiling probe. The evaluation's own `web` ranges (area reduction, JPEG
     # q60-85, nothing else, no clean share) on the training photos, i.e. a specialist for that one
     # level. What it reaches on valid web bounds what any mix can buy there at this architecture and
-    # compute (training log, 2026-12-04: x4 +0.71 dB over bicubic where issue 42 asks +0.8).
+    # compute (training log, 2026-12-04: x4 +0.71 dB over bicubic where +0.8 was the aim).
     "probe-web": DegradeConfig(clean_share=0.0, sharp_share=1.0, resize_kernels=("area",),
                                resize_weights=(1.0,), jpeg_prob=1.0, jpeg_quality=(60, 85)),
 }

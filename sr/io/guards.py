@@ -44,7 +44,7 @@ MAX_TIFF_TAGS = 1024
 MAX_TIFF_STRIPS = 65_536
 # BMP RLE8/RLE4: an honest encoder spends at most 2 bytes per pixel (a run of one pixel), 2 per row
 # (end of line) and 2 at the end; Pillow decodes RLE in a Python loop, one step per 2 bytes, so
-# escapes that draw nothing (a 16x16 image carrying 9.5 M of them held a worker 7.6 s, row E) are
+# escapes that draw nothing (a 16x16 image carrying 9.5 M of them held a worker 7.6 s) are
 # refused by the stream's length.
 BMP_RLE_BYTES_PER_PIXEL = 2
 BMP_RLE_SLACK_BYTES = 4096
@@ -100,7 +100,7 @@ _JPEG_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 # The walk must skip the same bytes: stopping at the first junk byte let a 20,000-scan JPEG past
 # the scan count. It skips them with find() and a one-byte class, linear in the
 # bytes: a regex of "0xFF run, then a marker byte" backtracked over each start of a 19 MB fill run
-# (26 s, row E).
+# (26 s).
 _NOT_FF = re.compile(rb"[^\xff]")
 # Pillow's header read steps through those bytes one at a time in Python (19 MB of fill: 14 s);
 # encoders write none or a few, so more than this between two segments is refused.

@@ -1,7 +1,7 @@
 """YUV <-> RGB for the network, with the input's matrix and range, and 4:2:0 chroma interpolated.
 
 Done here in numpy rather than by swscale: its default YUV -> RGB path replicates each chroma sample
-over 2x2 pixels, and that blockiness is what the network then sharpens (the issue measured 1.8 dB of
+over 2x2 pixels, and that blockiness is what the network then sharpens (measured: 1.8 dB of
 the model's gain lost to it). The siting is MPEG-2/H.264's default: chroma co-sited with even luma
 columns, midway between luma rows.
 """

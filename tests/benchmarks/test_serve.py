@@ -50,7 +50,7 @@ def test_tree_rss_and_cpu_count_this_process() -> None:
     assert tree_cpu_seconds(pid) > 0
 
 
-def test_issue54_rows_are_refused_by_the_cheap_checks_or_read_as_expected() -> None:
+def test_the_soaks_hostile_rows_are_refused_by_the_cheap_checks_or_read_as_expected() -> None:
     """The soak's row files: A, B and E are refused from their bytes alone, within a second each;
     G's header is read (its preview is the soak's 200)."""
     import time

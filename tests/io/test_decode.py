@@ -345,7 +345,7 @@ def bomb_png(width: int, height: int) -> bytes:
 
 def test_bomb_header_rejected_without_pixel_data():
     # Pillow refuses this size itself, from its header read, before our check; the message still
-    # quotes the caller's limit (issue 72: the service's 413 quoted Pillow's bomb text), else Pillow's.
+    # quotes the caller's limit (a 413 from the service names the service's limit, not Pillow's).
     with pytest.raises(ImageTooLargeError, match="^10,000,000,000 pixels, over the limit of 67,108,864$"):
         read_image(bomb_png(100_000, 100_000))
     with pytest.raises(ImageTooLargeError, match="^10,000,000,000 pixels, over Pillow's decompression-bomb"):
@@ -406,7 +406,7 @@ def test_a_header_read_does_not_wait_for_another_threads_decode():
 
 
 def test_read_size_of_a_png_reads_no_pixel_data():
-    # Pillow's PNG getexif() decodes the whole image: read_size must not call it (issue 45).
+    # Pillow's PNG getexif() decodes the whole image: read_size must not call it.
     exif = Image.Exif()
     exif[0x0112] = 6  # rotate 90: the size read is (height, width)
     png = bytearray(save(Image.new("RGB", (50, 30), (9, 99, 199)), "PNG", exif=exif))

@@ -75,7 +75,7 @@ def test_multi_page_tiff_is_refused_from_its_directory_chain():
 
 
 def test_png_compressed_itxt_counts_in_the_metadata_limit() -> None:
-    # Issue 54, row B: iTXt "Comment\0 \x01 \x00 en\0 \0" + zlib; its stream was read one NUL early.
+    # A compressed iTXt: "Comment\0 \x01 \x00 en\0 \0" + zlib; its stream was read one NUL early.
     from sr.io import DecodeLimitError, check_decode_cost
 
     buf = io.BytesIO()
@@ -89,7 +89,7 @@ def test_png_compressed_itxt_counts_in_the_metadata_limit() -> None:
 
 
 def test_jpeg_scan_count_sees_past_junk_bytes_and_fill_as_libjpeg_does() -> None:
-    # Issue 54, row A: one junk byte after APP0 ended the walk before the scans.
+    # One junk byte after APP0 once ended the walk before the scans.
     from benchmarks.serve import scan_bomb_jpeg
     from sr.io import DecodeLimitError, check_decode_cost
 
@@ -103,7 +103,7 @@ def test_jpeg_scan_count_sees_past_junk_bytes_and_fill_as_libjpeg_does() -> None
 
 
 def test_jpeg_padding_between_segments_is_walked_in_linear_time_and_bounded() -> None:
-    # Issue 54, row E: SOI, 19 MB of fill, then a small valid JPEG. Pillow's header read steps
+    # SOI, 19 MB of fill, then a small valid JPEG. Pillow's header read steps
     # through the fill in Python (14 s); the walk's regex backtracked over it (26 s).
     import time
 
@@ -127,7 +127,7 @@ def test_tiff_directory_chain_is_walked_only_up_to_its_cap():
     from sr.io import check_decode_cost
     from sr.io.guards import MAX_TIFF_IFDS
 
-    # ~3 M empty directories chained in 19 MB (issue 54, row E): refused after MAX_TIFF_IFDS steps.
+    # ~3 M empty directories chained in 19 MB: refused after MAX_TIFF_IFDS steps.
     count = 19 * 2**20 // 6
     chain = b"".join(struct.pack("<HI", 0, 8 + 6 * (i + 1)) for i in range(count - 1))
     chain += struct.pack("<HI", 0, 0)

@@ -1,4 +1,4 @@
-"""Issue 72: every chainable structure Pillow would walk is counted by sr.io first, for every magic
+"""Every chainable structure Pillow would walk is counted by sr.io first, for every magic
 number Pillow accepts; PNM's header and comments are bounded; whatever Pillow raises on a bad file
 is a typed ImageError with a true reason.
 
@@ -123,7 +123,7 @@ def _chain(magic: bytes, pages: int) -> bytes:
 
 @pytest.mark.parametrize("magic", TIFF_MAGIC)
 def test_tiff_pages_are_counted_for_every_header_pillow_opens(magic: bytes, no_pillow) -> None:
-    # Issue 72: only II*\0 and MM\0* were walked; a 170k-directory chain behind II\0* held a worker 61 s.
+    # Walking only II*\0 and MM\0* let a 170k-directory chain behind II\0* hold a worker 61 s.
     assert sniff(magic + bytes(12)).name == "tiff"
     error = no_pillow(_chain(magic, 100_000))
     assert isinstance(error, AnimatedImageError)
@@ -161,7 +161,7 @@ def _strips_tiff(width: int, height: int) -> bytes:
 
 
 def test_tiff_strips_are_counted_before_pillow_sets_each_up(no_pillow) -> None:
-    # Issue 72: 1 M one-row strips in 4 MB previewed in 8.45 s; here just over the bound.
+    # 1 M one-row strips in 4 MB preview in 8.45 s; here just over the bound.
     error = no_pillow(_strips_tiff(1, MAX_TIFF_STRIPS + 1))
     assert isinstance(error, DecodeLimitError) and "TIFF with 65,537 strips (over 65,536" in str(error)
     check_decode_cost(_strips_tiff(1, MAX_TIFF_STRIPS))
@@ -178,8 +178,8 @@ def test_tiff_directory_entries_are_bounded_for_classic_and_big_tiff(no_pillow) 
 
 
 def test_a_tiff_directory_past_the_end_is_truncated_not_a_crash(no_pillow) -> None:
-    # Issue 72, hole 3: the next directory's offset past the end made Pillow raise TypeError
-    # ("Missing dimensions") while counting pages; the service's decoder child died of it.
+    # The next directory's offset past the end makes Pillow raise TypeError
+    # ("Missing dimensions") while counting pages, which would kill the service's decoder child.
     data = bytearray(save(Image.new("L", (4, 4)), "TIFF"))
     ifd = struct.unpack_from("<I", data, 4)[0]
     struct.pack_into("<I", data, ifd + 2 + 12 * struct.unpack_from("<H", data, ifd)[0], 10_000)
@@ -219,7 +219,7 @@ def _float_rgb_tiff(w: int = 4, h: int = 3) -> bytes:
 
 
 def test_a_valid_float_rgb_tiff_is_an_unsupported_mode_named_by_its_samples() -> None:
-    # Issue 72: answered 400 "corrupt" (Pillow's open says only "cannot identify").
+    # Not 400 "corrupt": Pillow's open says only "cannot identify", which hides the real reason.
     with pytest.raises(UnsupportedModeError) as caught:
         read_image(_float_rgb_tiff())
     assert caught.value.mode == "3 samples of 32-bit floating point"
@@ -239,7 +239,7 @@ def _gif_blocks_start(gif: bytes) -> int:
 
 
 def test_gif_frames_are_counted_past_stray_bytes_as_pillow_skips_them(no_pillow) -> None:
-    # Issue 72: one junk byte ended the walk; Pillow skipped it and counted the frames (2.2 s).
+    # One junk byte must not end the walk: Pillow skips it and counts the frames (2.2 s).
     first, *rest = frames(5)
     gif = save(first, "GIF", save_all=True, append_images=rest)
     start = _gif_blocks_start(gif)
@@ -294,7 +294,7 @@ def test_an_apng_frame_count_past_one_is_refused_from_its_control_chunks() -> No
 
 
 def test_over_pillows_own_bomb_limit_the_callers_limit_is_quoted() -> None:
-    # Issue 72: over 178,956,970 pixels Pillow refuses at its header read, with its own text.
+    # Over 178,956,970 pixels Pillow refuses at its header read, with its own text.
     def chunk(tag: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
 

@@ -1,4 +1,4 @@
-"""The issue's done-when on the full clip (research/video_clips.py): 48 frames of 512x288 H.264 at
+"""The video path's acceptance check on the full clip (research/video_clips.py): 48 frames of 512x288 H.264 at
 24 fps with an AAC track and a title, x2 through ``--model auto``. About a minute or more on one
 thread with the shipped photo weights, so not in the default run: ``pytest -m full_clip``."""
 
