@@ -3,7 +3,8 @@
 Each contender upscales the LR files of every ``--lr`` folder (``sr degrade`` sets of ``--hr``,
 matched by file name) whole, in fp32, on the CPU; each output is scored against its HR with PSNR-Y
 (the ``sr eval`` protocol) and the perceptual metrics of :mod:`sr.evaluation.perceptual` (HaarPSI,
-ColorVideoVDP JOD on the FHD display model, BRISQUE), all with the ``scale``-pixel border cropped.
+ColorVideoVDP JOD on the FHD display model at 1:1 and at 200% zoom, BRISQUE, the lattice
+amplitude), all with the ``scale``-pixel border cropped.
 "flat" measures whether smooth regions stay smooth: over the HR pixels whose 7 x 7 luminance
 standard deviation is below 2 (of 255), the mean 7 x 7 standard deviation of the output divided by
 HR's there (1 = as flat as HR, above 1 = texture or noise invented where there is none).
@@ -33,7 +34,7 @@ from sr.weights import blend_state_dicts, load_weights
 
 REPO = Path(__file__).resolve().parents[1]
 PEERS = REPO.parent / "shared" / "peers"
-METRICS = ("haarpsi", "cvvdp", "brisque")
+METRICS = ("haarpsi", "cvvdp", "cvvdp-zoom", "brisque", "lattice")
 FLAT_STD = 2.0  # HR luminance std (of 255) below which a 7 x 7 window counts as flat
 
 
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             r = evaluate(args.hr, lr_dir, args.scale, upscale, metrics, args.images)
             results.setdefault(name, {})[Path(lr_dir).name] = r
             print(f"{name:<24} {Path(lr_dir).name:<18} PSNR-Y {r['psnr']:.3f}  HaarPSI {r['haarpsi']:.4f}  "
-                  f"JOD {r['cvvdp']:.3f}  BRISQUE {r['brisque']:.2f}  flat {r['flat']:.3f}", flush=True)
+                  f"JOD {r['cvvdp']:.3f}  JOD@200% {r['cvvdp-zoom']:.3f}  BRISQUE {r['brisque']:.2f}  "
+                  f"flat {r['flat']:.3f}  lattice {r['lattice']:.3f}", flush=True)
             if args.json:
                 Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

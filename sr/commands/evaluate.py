@@ -68,8 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--metrics", metavar="LIST",
-        help="comma list of psnr, ssim (always scored), haarpsi, cvvdp, brisque, lattice: perceptual "
-             "metrics on the RGB output as extra columns (haarpsi, cvvdp and brisque need the "
+        help="comma list of psnr, ssim (always scored), haarpsi, cvvdp, cvvdp-zoom, brisque, lattice: "
+             "perceptual metrics on the RGB output as extra columns (all but lattice need the "
              "perceptual extra; docs/evaluation.md)",
     )
     p.add_argument("--json", metavar="FILE", help="write per-image and per-set results as JSON")

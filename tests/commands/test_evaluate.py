@@ -494,8 +494,8 @@ def test_default_output_is_the_psnr_ssim_table_byte_for_byte(
 
 @pytest.mark.parametrize(
     "metrics, message",
-    [("psnr,lpips", "--metrics: unknown metric(s) lpips; choose from psnr, ssim, haarpsi, cvvdp, brisque, "
-                    "lattice"),
+    [("psnr,lpips", "--metrics: unknown metric(s) lpips; choose from psnr, ssim, haarpsi, cvvdp, cvvdp-zoom, "
+                    "brisque, lattice"),
      (",", "--metrics: no metric named; give e.g. psnr,ssim,haarpsi,cvvdp,brisque,lattice")],
 )
 def test_metrics_unknown_or_empty(capsys: pytest.CaptureFixture, sets: dict[str, Path], metrics: str,

@@ -42,7 +42,7 @@ def test_parse_keeps_the_perceptual_names_in_order_once(installed: list[str]) ->
 @pytest.mark.parametrize("text", ["psnr,lpips", "dists", "ssim,haarpsi,fid"])
 def test_parse_rejects_an_unknown_name_listing_the_choices(text: str, installed: list[str]) -> None:
     with pytest.raises(ValueError, match=r"unknown metric\(s\) (lpips|dists|fid); choose from psnr, ssim, "
-                                         r"haarpsi, cvvdp, brisque"):
+                                         r"haarpsi, cvvdp, cvvdp-zoom, brisque"):
         parse_metrics(text)
     assert installed == []  # nothing imported for a bad list
 
@@ -209,3 +209,18 @@ def test_sr_eval_metrics_real(tmp_path, capsys: pytest.CaptureFixture) -> None:
         assert 0.5 < row["haarpsi"] < 1 and 6 < row["cvvdp"] < 10
     for m in ("haarpsi", "cvvdp", "brisque"):
         assert s[m] == pytest.approx(np.mean([r[m] for r in s["per_image"]]))
+
+
+def test_cvvdp_zoom_sees_a_fine_pattern_that_hides_at_1_to_1() -> None:
+    pytest.importorskip("pycvvdp")
+    hr = _images()[0]
+    assert perceptual.zoom(hr).shape == (2 * hr.shape[0], 2 * hr.shape[1], 3)
+    assert np.array_equal(perceptual.zoom(hr)[1::2, 1::2], hr)  # every pixel a 2 x 2 block
+    # a 4 px checker of +-3 grey levels: the kind of fixed pattern a viewer spots only when zoomed
+    yy, xx = np.mgrid[: hr.shape[0], : hr.shape[1]]
+    checker = np.where(((yy // 2) + (xx // 2)) % 2 == 0, 3, -3)[:, :, None]
+    stamped = np.clip(hr.astype(int) + checker, 0, 255).astype(np.uint8)
+    assert parse_metrics("cvvdp-zoom") == ("cvvdp-zoom",)
+    assert score_perceptual(("cvvdp-zoom",), hr, hr)["cvvdp-zoom"] == pytest.approx(10.0, abs=1e-3)
+    scores = score_perceptual(("cvvdp", "cvvdp-zoom"), hr, stamped)
+    assert scores["cvvdp-zoom"] < scores["cvvdp"] < 10.0
