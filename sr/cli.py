@@ -12,12 +12,10 @@ from typing import NoReturn
 
 from . import __version__
 from .commands.bench import BENCHMARKS  # names only: each benchmark's module loads when it runs
-
-# CLIError lives in sr.errors (commands import it from there); re-exported for older imports
-from .errors import CLIError as CLIError
+from .errors import CLIError
 
 # guarded: how any `sr`-style program (the research scripts too) turns errors into one-line messages
-__all__ = ["CLIError", "build_parser", "guarded", "main"]
+__all__ = ["build_parser", "guarded", "main"]
 
 # name -> (module in sr.commands, one-line help). Modules are imported lazily so `sr --help` is fast.
 COMMANDS: dict[str, tuple[str, str]] = {

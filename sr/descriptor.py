@@ -23,7 +23,7 @@ import torch
 
 from .models import PRESETS, NetConfig, SRNet, build_config, count_params
 from .models.attention import AttentionBranch, attention_k_max, make_attention
-from .shipped import SCALES as SCALES  # defined without torch, for the CLI's early checks
+from .shipped import SCALES
 
 
 def family_of(name: str) -> str:

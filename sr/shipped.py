@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import AUTO_MODEL
 
-SCALES = (2, 3, 4)  # the scales a model family has files for (sr.descriptor.SCALES)
+SCALES = (2, 3, 4)  # the scales a model family has files for; torch-free for the CLI's early checks
 # Files a model is read from: sr's own .safetensors, and other architectures' files (sr.external).
 MODEL_SUFFIXES = (".safetensors", ".pth", ".pt", ".ckpt")
 

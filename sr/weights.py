@@ -29,12 +29,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_save
 
-from .descriptor import SCALES, ModelDescriptor
+from .descriptor import ModelDescriptor
 from .io import atomic_write
 from .models import NetConfig, SRNet, count_params
-from .shipped import is_model_path, model_files
-from .shipped import shipped_weights_dir as shipped_weights_dir  # torch-free (sr.shipped), kept here too
-from .shipped import weights_folder as weights_folder
+from .shipped import SCALES, is_model_path, model_files, shipped_weights_dir, weights_folder
 
 FORMAT = "sr-weights-v1"
 

@@ -12,7 +12,8 @@ import types
 
 import pytest
 
-from sr.cli import COMMANDS, CLIError, main
+from sr.cli import COMMANDS, main
+from sr.errors import CLIError
 
 
 @pytest.fixture(autouse=True)

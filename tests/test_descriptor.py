@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from sr import DEFAULT_MODEL
-from sr.descriptor import SCALES, ModelDescriptor, family_of
+from sr.descriptor import ModelDescriptor, family_of
 from sr.inference import Upscaler, list_models
 from sr.io import DecodedImage
 from sr.models import NetConfig, SRNet, count_params
 from sr.models.attention import AttentionBranch
+from sr.shipped import SCALES
 from sr.weights import WeightsError, catalog, describe, find_models, load_model, loaded, save_weights
 
 

@@ -14,6 +14,7 @@ import torch
 
 import sr.weights
 from sr.models import NetConfig, SRNet
+from sr.shipped import weights_folder
 from sr.weights import (
     FORMAT,
     WeightsError,
@@ -26,7 +27,6 @@ from sr.weights import (
     resolve_weights,
     save_weights,
     shipped_models,
-    weights_folder,
 )
 
 REPO = Path(__file__).resolve().parents[1]

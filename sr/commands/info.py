@@ -13,11 +13,10 @@ import torch
 
 from .. import terms
 from ..descriptor import ModelDescriptor
-from ..descriptor import preset_of as preset_of  # moved there; tests and callers import it from here
 from ..errors import CLIError
 from ..models import PRESETS, NetConfig, SRNet, build_model, count_macs, count_params, parse_name
 from ..models.attention import get_attention
-from ..shipped import is_model_path
+from ..shipped import is_model_path, weights_folder
 from ..weights import (
     WeightsError,
     catalog,
@@ -25,7 +24,6 @@ from ..weights import (
     loaded,
     resolve_weights,
     shipped_models,
-    weights_folder,
 )
 from ..weights import describe as describe_weights
 from .weights_dir import add_weights_dir_argument, checked_weights_dir

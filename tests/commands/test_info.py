@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from sr.cli import main
-from sr.commands.info import attention_summary, preset_of
+from sr.commands.info import attention_summary
+from sr.descriptor import preset_of
 from sr.models import PRESETS, build_config, build_model, count_macs, count_params
 from sr.weights import save_weights
 
