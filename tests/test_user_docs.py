@@ -74,19 +74,44 @@ def test_user_docs_carry_no_tracker_or_diary_words() -> None:
     assert found == []
 
 
-# A repository path in a code span of the user docs: `sr/...`, `tests/...`, `.ci/...` and the like.
-REPO_PATH = re.compile(r"`((?:sr|tests|research|benchmarks|docs|\.ci|weights|data)/[\w./-]*)`")
+# A repository path anywhere in a line of the user docs (prose, code span or code block): `sr/...`,
+# `tests/...`, `.ci/...` and the like, not when it is part of a longer path (`../shared/data/x`).
+REPO_PATH = re.compile(r"(?<![\w./-])((?:sr|tests|research|benchmarks|docs|\.ci|weights|data)/[\w./-]*)")
+# What follows a path that is a pattern, not a file: `weights/photo-x{2,3,4}`, `x$s`, `runs/*`, `<name>`.
+PATTERN_NEXT = ("{", "*", "$", "<", "[")
+# The scale placeholder of the docs' commands (`--scale S --model weights/asa-base-xS.safetensors`).
+SCALE_PLACEHOLDER = re.compile(r"-xS\b")
+
+
+def missing_repository_paths(text: str, root: Path = REPO) -> list[tuple[int, str]]:
+    """(line number, path) for each repository path ``text`` names that does not exist under ``root``."""
+    missing = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for m in REPO_PATH.finditer(line):
+            if line[m.end():m.end() + 1] in PATTERN_NEXT:
+                continue
+            named = m.group(1).rstrip(".")  # a full stop ends the sentence, not the name
+            if not (root / SCALE_PLACEHOLDER.sub("-x2", named)).exists():
+                missing.append((number, named))
+    return missing
 
 
 def test_every_repository_path_the_user_docs_name_exists() -> None:
-    """A file the docs send a reader to (a fixture, a script) is still there after a move."""
-    missing = []
-    for path in USER_DOCS:
-        for number, line in enumerate(_text(path).splitlines(), 1):
-            for m in REPO_PATH.finditer(line):
-                if not (REPO / m.group(1).rstrip(".")).exists():
-                    missing.append(f"{path.relative_to(REPO)}:{number}: {m.group(1)}")
+    """A file the docs send a reader to (a fixture, a script, a module) is still there after a move."""
+    missing = [f"{path.relative_to(REPO)}:{number}: {named}"
+               for path in USER_DOCS for number, named in missing_repository_paths(_text(path))]
     assert missing == []
+
+
+def test_a_moved_or_misspelt_path_is_found_in_prose_spans_and_blocks() -> None:
+    text = ("See tests/conftest.py and `sr/cli.py`.\n"
+            "The fixture is in tests/inference/conftest.py.\n"
+            "```\npython -m pytest tests/no_such_test.py\n```\n"
+            "`weights/asa-base-x{2,3,4}.safetensors`, `--model weights/asa-base-xS.safetensors`, "
+            "../shared/datasets/sr/gone.py\n"
+            "`sr/weights.py`, the module sr/inference/ and sr/nowhere/.\n")
+    assert missing_repository_paths(text) == [
+        (2, "tests/inference/conftest.py"), (4, "tests/no_such_test.py"), (7, "sr/nowhere/")]
 
 
 def _ruff_commands(text: str) -> list[list[str]]:
