@@ -70,12 +70,12 @@ def contenders(peers_dir: Path, ours: list[str], strength: float) -> list[Conten
     from .safmn import load_light_safmnpp
     from .srvgg import blend_states, load_srvgg, read_state
 
+    if not 0.0 <= strength <= 1.0:  # the argument first: its error does not depend on the files
+        raise CLIError(f"--denoise-strength must be within 0..1, got {strength}")
     files = {f: peers_dir / f for f in (SAFMN_FILE, GENERAL_FILE, WDN_FILE)}
     missing = [str(p) for p in files.values() if not p.is_file()]
     if missing:
         raise CLIError(f"--peers-dir: missing {', '.join(missing)}")
-    if not 0.0 <= strength <= 1.0:
-        raise CLIError(f"--denoise-strength must be within 0..1, got {strength}")
     try:
         general = read_state(files[GENERAL_FILE])
         peers = [

@@ -62,12 +62,13 @@ def test_the_blind_mean_is_the_mean_of_the_three_level_means():
 
 def test_errors_name_the_problem(hr_folder, tmp_path, capsys):
     assert main(["--real-input", "--hr", str(hr_folder), "--peers-dir", str(tmp_path)]) != 0
-    assert "missing" in capsys.readouterr().err
+    assert "--peers-dir: missing " in capsys.readouterr().err
     assert main(["--real-input", "--hr", str(tmp_path / "nowhere")]) != 0
     assert "no such folder" in capsys.readouterr().err
     assert main(["--real-input", "--hr", str(hr_folder), "--levels", "soggy"]) != 0
     assert "unknown degradation level" in capsys.readouterr().err
-    assert main(["--real-input", "--hr", str(hr_folder), "--denoise-strength", "2",
-                 "--peers-dir", str(PEERS)]) != 0
-    err = capsys.readouterr().err
-    assert "within 0..1" in err or "missing" in err
+    for strength in ("2", "-0.1"):  # refused whether or not the peers' weights are there
+        for peers in (PEERS, tmp_path):
+            assert main(["--real-input", "--hr", str(hr_folder), "--denoise-strength", strength,
+                         "--peers-dir", str(peers)]) != 0
+            assert f"--denoise-strength must be within 0..1, got {float(strength)}" in capsys.readouterr().err
