@@ -81,3 +81,40 @@ def test_the_hub_builds_engines_with_the_shared_out_threads(monkeypatch: pytest.
     monkeypatch.setattr("sr.inference.devices.os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     ModelHub(Settings(workers=2))._build("asa-base", None, None)
     assert built[0]["threads"] == 2
+
+
+def test_every_setting_is_read_from_its_own_variable_by_its_type() -> None:
+    """One declaration per setting: SR_ + its name in capitals is read, by the field's type."""
+    import dataclasses
+
+    from sr.service.settings import env_name, parse_bool
+
+    given = {"str": ("x", str), "int": ("70000", int), "float": ("7.5", float), "bool": ("off", parse_bool),
+             "Path": ("/tmp/x", Path)}
+    for f in dataclasses.fields(Settings):
+        if f.name in ("precision", "api_key", "cors_origins", "tile"):
+            continue  # their own grammars: tested above
+        text, read = given[str(f.type).replace(" | None", "")]
+        s = Settings.from_env({env_name(f.name): text})
+        assert getattr(s, f.name) == read(text) != f.default, f.name
+
+
+def test_the_docs_settings_table_is_the_settings_table() -> None:
+    from sr.service.settings import settings_table
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text(encoding="utf-8")
+    assert settings_table() in docs
+    assert settings_table().count("\n| `SR_") == len(Settings.__dataclass_fields__)
+
+
+def test_the_flags_the_table_names_are_sr_serves() -> None:
+    import argparse
+    import dataclasses
+
+    from sr.commands import serve
+
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    usage = parser.format_usage()
+    named = [f.metadata["spec"].flag for f in dataclasses.fields(Settings) if f.metadata["spec"].flag]
+    assert len(named) == 15 and all(f"[{flag} " in usage for flag in named), usage
