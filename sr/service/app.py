@@ -1,7 +1,8 @@
 """The app factory: lifespan, guards, routers, static files and the error handlers, over the domain core.
 
-``create_app(settings)`` builds an app (tests use their own settings); ``app`` is the one built
-from ``SR_*`` environment variables, for ``uvicorn sr.service.app:app``. The routes live in
+``create_app(settings)`` builds an app: ``sr serve`` passes the settings of its flags and ``SR_*``
+variables, tests their own; without settings it reads the ``SR_*`` variables, which makes it the
+factory of ``uvicorn --factory sr.service.app:create_app``. The routes live in
 :mod:`sr.service.routes` (one module per concern), their dependencies in :mod:`sr.service.deps`,
 the domain in :mod:`sr.service.core` (:class:`~sr.service.core.Service`) and its pipeline; each
 domain error's HTTP answer is one table, :mod:`sr.service.routes.errors`.
@@ -84,6 +85,8 @@ def _add_guards(app: FastAPI, settings: Settings, admission: AdmissionState) -> 
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    """The app for ``settings`` (None: from the ``SR_*`` environment variables); nothing starts until
+    its lifespan does."""
     settings = settings or Settings.from_env()
     admission = AdmissionState(limit=settings.upload_limit, per_client=settings.max_uploads_per_client,
                                body_total_s=settings.body_total_s)
@@ -116,12 +119,3 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount(DOCS_ASSETS, StaticFiles(directory=DOCS_ASSETS_DIR), name="docs-assets")
     return app
 
-
-def __getattr__(name: str) -> FastAPI:
-    # `sr.service.app:app` for uvicorn, built from the environment on first access (not at import,
-    # so importing create_app never reads SR_* variables).
-    if name == "app":
-        built = create_app()
-        globals()["app"] = built
-        return built
-    raise AttributeError(name)

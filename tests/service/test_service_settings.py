@@ -118,3 +118,21 @@ def test_the_flags_the_table_names_are_sr_serves() -> None:
     usage = parser.format_usage()
     named = [f.metadata["spec"].flag for f in dataclasses.fields(Settings) if f.metadata["spec"].flag]
     assert len(named) == 15 and all(f"[{flag} " in usage for flag in named), usage
+
+
+def test_the_documented_deployment_command_builds_the_app_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/service.md's `uvicorn --factory MODULE:FACTORY`: the factory, called as uvicorn calls it
+    (no arguments), reads the SR_* variables (here an API key: /v1 refuses a keyless request)."""
+    import re
+
+    from fastapi.testclient import TestClient
+    from uvicorn.importer import import_from_string
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text(encoding="utf-8")
+    target = re.search(r"^\s+SR_\S+ .*uvicorn --factory (\S+)", docs, re.M)
+    assert target, "no `uvicorn --factory` line in docs/service.md"
+    factory = import_from_string(target.group(1))
+    monkeypatch.setenv("SR_API_KEY", "deploy-key")
+    client = TestClient(factory())  # not entered: no lifespan, no model loaded; the guards answer
+    assert Settings().api_key is None and client.get("/v1/models").status_code == 401
