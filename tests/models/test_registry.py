@@ -31,7 +31,8 @@ def scratch_registry(monkeypatch):
 
 
 def test_built_in_kinds_in_registration_order():
-    assert ATTENTION_KINDS == ("none", "dense", "window", "topk", "adaptive")
+    # the built-ins first, in this order; the package's other modules register after them
+    assert ATTENTION_KINDS[:5] == ("none", "dense", "window", "topk", "adaptive")
     assert attention_kinds()[: len(ATTENTION_KINDS)] == ATTENTION_KINDS
 
 

@@ -1,0 +1,112 @@
+"""Checks shared by the tests of the token-mixing kinds (local, dilated, linear): a dense reference
+under a mask, gradients everywhere, ONNX against torch, and what `sr train` and `sr info` make of a kind."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sr.cli import build_parser, main
+from sr.models import NetConfig, SRNet, build_config, set_attention_path
+from sr.models.attention import attention, make_attention
+from sr.models.attention.common import merge_heads, split_heads
+from sr.weights import save_weights
+
+# The optional extra (pip install -e ".[onnx]"; CI installs it): without it the ONNX checks skip.
+needs_onnx = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("onnx", "onnxscript", "onnxruntime")),
+    reason="the onnx extra is not installed",
+)
+
+
+def masked_dense(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, blocked: torch.Tensor
+) -> torch.Tensor:
+    """Softmax attention over every token of (B, C, H, W) q, k, v with an (HW, HW) mask, True = blocked
+    (row-major tokens): the textbook matrix, the reference that a sparse kind must equal."""
+    b, c, h, w = q.shape
+    qt, kt, vt = (split_heads(t.flatten(2).transpose(1, 2), heads) for t in (q, k, v))  # (B, heads, HW, d)
+    out, _ = attention(qt, kt, vt, blocked)
+    return merge_heads(out).transpose(1, 2).reshape(b, c, h, w)
+
+
+def strong_block(kind: str, dim: int, heads: int, seed: int = 0, **options) -> nn.Module:
+    """``make_attention(kind, ...)`` in eval mode with its output projection redrawn at a scale where the
+    branch shows: the default starts near zero and would hide any error of the core."""
+    torch.manual_seed(seed)
+    block = make_attention(kind, dim, heads, 0, **options).eval()
+    with torch.no_grad():
+        block.proj.weight.normal_(std=0.5)
+    return block
+
+
+def gradients_reach_everything(block: nn.Module, x: torch.Tensor) -> None:
+    """Train mode, one loss on the output: the input and every parameter get a finite, non-zero gradient."""
+    block.train()
+    x = x.clone().requires_grad_()
+    block(x).square().mean().backward()
+    for name, p in block.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().max() > 0, name
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().max() > 0
+
+
+def onnx_matches_torch(block: nn.Module, sizes: list[tuple[int, int]], min_side: int = 1) -> None:
+    """Export the block's static path with symbolic height and width (as ``sr export --onnx`` does), then
+    onnxruntime on CPU against torch at each (H, W): one graph for every size, up to float rounding."""
+    import onnxruntime as ort
+
+    set_attention_path(block, "static")
+    c = block.dim
+    height, width = (torch.export.Dim(n, min=min_side) for n in ("height", "width"))
+    with torch.no_grad():
+        program = torch.onnx.export(block, (torch.rand(1, c, 19, 23),), None, dynamo=True, opset_version=18,
+                                    dynamic_shapes={"x": {2: height, 3: width}}, verbose=False)
+    session = ort.InferenceSession(program.model_proto.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    g = torch.Generator().manual_seed(1)
+    for h, w in sizes:
+        x = torch.randn(1, c, h, w, generator=g)
+        got = session.run(None, {name: x.numpy()})[0]
+        with torch.no_grad():
+            want = block(x).numpy()
+        assert got.shape == want.shape == (1, c, h, w)
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5, err_msg=f"{h}x{w}")
+
+
+def sr_train_builds(kind: str) -> list[nn.Module]:
+    """`sr train --attention KIND` on asa-small: the flag as the CLI parses it, the training config it
+    makes, the network that config's preset and attention build (the config builder the trainer
+    calls), then one training forward and backward; returns the network's attention blocks."""
+    from sr.train.config import FIELDS, load_config
+
+    args = build_parser("train").parse_args(["train", "--attention", kind, "--preset", "asa-small",
+                                             "--scale", "2", "--amp", "off", "--device", "cpu"])
+    cfg = load_config(None, **{name: getattr(args, name) for name in FIELDS})
+    assert cfg.attention == kind
+    torch.manual_seed(0)
+    net = SRNet(build_config(cfg.preset, cfg.scale, attention=cfg.attention)).train()
+    hr = torch.rand(2, 3, 24, 24, generator=torch.Generator().manual_seed(0))
+    F.l1_loss(net(F.avg_pool2d(hr, 2)), hr).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in net.parameters())
+    return [m for m in net.body if hasattr(m, "attend")]
+
+
+def sr_info_lines(kind: str, options: dict, tmp_path: Path, capsys) -> dict[str, str]:
+    """`sr info` of a weights file holding a tiny network of ``kind``: its rows, label -> text."""
+    torch.manual_seed(0)
+    cfg = NetConfig(scale=2, channels=8, blocks=2, attn_every=1, heads=2, attention=kind,
+                    attn_options=options)
+    path = save_weights(SRNet(cfg), tmp_path / f"{kind}.safetensors")
+    capsys.readouterr()
+    assert main(["info", str(path), "--size", "64x48"]) == 0
+    rows = [re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in capsys.readouterr().out.splitlines()]
+    return {row[0]: row[1] for row in rows if len(row) == 2}
