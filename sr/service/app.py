@@ -35,8 +35,8 @@ from fastapi.staticfiles import StaticFiles
 from .core import build_service
 from .deps import API_KEY_DETAIL
 from .intake import AdmissionState, UploadAdmission
-from .jobs import fix_mmap_threshold
 from .limits import ApiKeyMiddleware, BodyLimitMiddleware, ResponsePacing
+from .memory import fix_mmap_threshold
 from .routes import errors, routers
 from .routes.pages import DOCS_ASSETS, DOCS_ASSETS_DIR, STATIC_DIR
 from .settings import Settings

@@ -24,10 +24,11 @@ from sr.request import UpscaleRequest
 from .errors import upload_error
 from .hub import ModelHub
 from .intake import AdmissionState, Intake
-from .jobs import ClientGoneError, JobPool, Work
+from .jobs import ClientGoneError, JobPool
 from .pipeline import BudgetMapStore, JobRequest, JobResult, WorkLimitError, plan_work, run_job
 from .sandbox import Limits, Sandbox
 from .settings import Settings
+from .work_model import Work
 
 if TYPE_CHECKING:  # annotations only
     from collections.abc import Iterator
@@ -108,7 +109,7 @@ class Service:
                 # work model, calibrated on the default model, a load that is not the machine's
                 return await self.pool.run(run_job, engine, job, timeout=self.settings.timeout_s, work=work,
                                            stop=job.stop, disconnected=disconnected,
-                                           learn=job.teaches)
+                                           learn=job.teaches, network_seconds=JobResult.network_seconds)
         except ClientGoneError:
             log.info("client gone: job cancelled")
             return None

@@ -27,7 +27,8 @@ from sr.request import UpscaleRequest, same_format
 
 from .errors import InvalidRequestError, ModelUnavailableError
 from .hub import ModelHub, ModelMemoryError, UnknownModelError
-from .jobs import JobStopped, Work
+from .jobs import JobStopped
+from .work_model import Work
 
 if TYPE_CHECKING:  # annotations only
     import numpy as np
@@ -94,8 +95,7 @@ class JobResult:
     choice: str = ""          # model "auto": what it chose and why, e.g. "auto: photo (JPEG, quality ~72)"
     budget_levels: np.ndarray | None = None  # keep_budget_map: uint8 (H, W) heat-map levels
 
-    @property
-    def network_s(self) -> float:
+    def network_seconds(self) -> float:
         """Seconds the engine ran: what teaches the job pool the network's current speed."""
         return self.timings_ms.get("upscale", 0.0) / 1e3
 

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from sr.service.intake import FairGate
-from sr.service.jobs import JobPool, QueueFullError, Work
+from sr.service.jobs import JobPool, QueueFullError
+from sr.service.work_model import Work
 
 
 def test_the_gate_serves_clients_in_turn_not_in_arrival_order() -> None:

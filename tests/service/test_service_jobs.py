@@ -13,15 +13,8 @@ import time
 
 import pytest
 
-from sr.service.jobs import (
-    PRIOR_SECONDS_PER_JOB,
-    PRIOR_SECONDS_PER_MP,
-    ClientGoneError,
-    JobPool,
-    JobTimeoutError,
-    QueueFullError,
-    Work,
-)
+from sr.service.jobs import ClientGoneError, JobPool, JobTimeoutError, QueueFullError
+from sr.service.work_model import PRIOR_SECONDS_PER_JOB, PRIOR_SECONDS_PER_MP, Work
 
 
 def _blocker() -> tuple[threading.Event, threading.Event, object]:
@@ -207,7 +200,7 @@ def test_retry_after_is_the_time_until_the_first_slot_frees() -> None:
             await pool.run(release.wait, timeout=30, work=work)
         one = PRIOR_SECONDS_PER_JOB + PRIOR_SECONDS_PER_MP * 8.0  # ~10 s each, nothing measured yet
         # Not the whole queue's drain (five jobs on two workers, ~25 s): the first running job ends
-        # in ~10 s, and its slot is the one a refused client can take (issue 54, row F).
+        # in ~10 s, and its slot is the one a refused client can take (a soak's row F).
         assert abs(info.value.retry_after - one) <= 1.5
         release.set()
         await asyncio.gather(*jobs)
@@ -268,7 +261,7 @@ def _timed(model, work: Work, slowdown: float) -> tuple[float, float]:
 
 
 def _calibrated():
-    from sr.service.jobs import WorkModel
+    from sr.service.work_model import WorkModel
 
     model = WorkModel()
     square, strip = Work(forwards=1, tiled_mp=1.0), Work(forwards=10, tiled_mp=0.01)
@@ -277,12 +270,12 @@ def _calibrated():
 
 
 def test_a_loaded_machine_seen_in_small_jobs_slows_the_prediction_of_a_big_one() -> None:
-    """Issue 54's soak: the machine got 3x slower (trainings started), mostly small jobs ran, and a
+    """A soak: the machine got 3x slower (trainings started), mostly small jobs ran, and a
     big job, whose megapixel factor only big jobs could teach, was predicted at the start-up speed,
     admitted, and ran into a 504. The load, learnt from every job's network seconds, carries the
     slowdown over (with the margin of a job far bigger than the teachers); the small jobs' fixed cost
     does not leak into the network's factors."""
-    from sr.service.jobs import EXTRAPOLATION_MARGIN
+    from sr.service.work_model import EXTRAPOLATION_MARGIN
 
     model = _calibrated()
     for _ in range(20):  # idle
@@ -308,7 +301,7 @@ def test_small_jobs_faster_than_predicted_do_not_talk_a_far_bigger_one_under_the
     67-MP job was predicted 30% short, admitted, and ran past the limit. A job far bigger than the
     recent teachers is predicted at no less than the start-up speed; once jobs of its size have run,
     their own speed counts, and the memory of them fades as small jobs follow."""
-    from sr.service.jobs import EXTRAPOLATE_ABOVE, TAUGHT_DECAY
+    from sr.service.work_model import EXTRAPOLATE_ABOVE, TAUGHT_DECAY
 
     model = _calibrated()
     for _ in range(300):
@@ -344,9 +337,8 @@ def test_a_job_that_would_overrun_on_the_loaded_machine_gets_503_not_admission()
     """The same slowdown in the pool: with a job running, a second one whose start-up-speed
     prediction fits in the time limit but whose loaded one does not is refused (503 + Retry-After)
     instead of being admitted to a 504."""
-    pool = JobPool(workers=1, max_queue=2)
+    pool = JobPool(workers=1, max_queue=2, model=_calibrated())
     model = pool.model
-    model.__dict__.update(vars(_calibrated()))
     for slowdown in [1.0] * 10 + [3.0] * 8:
         model.learn(SMALL, *_timed(model, SMALL, slowdown))
     model.learn(BIG, *_timed(model, BIG, 3.0))  # a big job has run: its size is taught
@@ -403,7 +395,7 @@ def _raise_value_error() -> None:
 
 _BODIES = """
 import sys
-from sr.service.jobs import fix_mmap_threshold
+from sr.service.memory import fix_mmap_threshold
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 if sys.argv[1] == "fix":
@@ -430,3 +422,21 @@ def test_a_pinned_mmap_threshold_gives_big_freed_buffers_back() -> None:
         held[mode] = float(out.stdout.strip())
     assert held["fix"] < 8, held
     assert held["default"] > held["fix"] + 10, held  # the mechanism the pin exists for
+
+
+def test_the_network_seconds_a_result_reports_teach_the_load() -> None:
+    """A job's result reports its network seconds (``network_seconds``): they set the load; a job
+    without them teaches only the factor of its prediction's dominant part."""
+    work = Work(forwards=1, tiled_mp=1.0)
+    taught, untaught = JobPool(workers=1, max_queue=0), JobPool(workers=1, max_queue=0)
+
+    async def main() -> None:
+        assert await taught.run(lambda: 0.5, timeout=5, work=work, network_seconds=float) == 0.5
+        await untaught.run(lambda: 0.5, timeout=5, work=work)
+
+    asyncio.run(main())
+    network = sum(taught.model.parts(work)[1:])  # the network's seconds at the priors' rates
+    assert taught.model.load == pytest.approx(0.5 / network)  # the first job: taken as it is
+    assert untaught.model.load == 1.0 and untaught.model.mp_factor < 1.0
+    taught.shutdown()
+    untaught.shutdown()
