@@ -52,7 +52,7 @@ def _watched() -> bool:
 
 
 @functools.cache
-def _pointwise_op():
+def pointwise_op():
     """oneDNN's fused conv op, or None where this PyTorch build has no working one (checked once on
     a tiny input against the eager ops, so a changed signature falls back rather than fails)."""
     if not torch.backends.mkldnn.is_available():
@@ -75,7 +75,7 @@ def _binary(op, x: torch.Tensor, other: torch.Tensor, w: torch.Tensor, b: torch.
     return op.binary(x, other, w, b, padding, [1, 1], [1, 1], 1, "add", None, None, [], None)
 
 
-def _fusable(conv: nn.Conv2d, x: torch.Tensor) -> bool:
+def fusable(conv: nn.Conv2d, x: torch.Tensor) -> bool:
     """Whether ``conv`` on ``x`` may take the fused op: a plain zero-padded, unit-stride, ungrouped
     conv on a 4-D CPU map in fp32 or bf16, at eager inference, with nobody watching the plain ops: no
     forward hooks on the module and no torch-function or dispatch mode (MAC and FLOP counters see
@@ -94,7 +94,7 @@ def _fusable(conv: nn.Conv2d, x: torch.Tensor) -> bool:
         and isinstance(conv.padding, tuple)
         and not (conv._forward_hooks or conv._forward_pre_hooks)
         and not _watched()
-        and _pointwise_op() is not None
+        and pointwise_op() is not None
     )
 
 
@@ -135,18 +135,18 @@ def clear_margin(t: torch.Tensor) -> torch.Tensor:
 
 
 def conv_relu(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    """``relu(conv(x))``, fused where :func:`_fusable`."""
-    if not _fusable(conv, x):
+    """``relu(conv(x))``, fused where :func:`fusable`."""
+    if not fusable(conv, x):
         # in place on the fresh conv output, as nn.ReLU(inplace=True)
         return clear_margin(F.relu(conv(x), inplace=True))
-    op = _pointwise_op()
+    op = pointwise_op()
     return clear_margin(op(x, conv.weight, conv.bias, list(conv.padding), [1, 1], [1, 1], 1, "relu", [], ""))
 
 
 def conv_add(conv: nn.Conv2d, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-    """``conv(x) + other`` (a new map; ``other`` is left as it is), fused where :func:`_fusable`
+    """``conv(x) + other`` (a new map; ``other`` is left as it is), fused where :func:`fusable`
     and ``other`` has the output's shape and dtype."""
-    if not _fusable(conv, x) or other.dtype != x.dtype or other.shape != _output_shape(conv, x):
+    if not fusable(conv, x) or other.dtype != x.dtype or other.shape != _output_shape(conv, x):
         y = conv(x)
         return clear_margin(y.add_(other) if add_in_place_ok() else y + other)
-    return clear_margin(_binary(_pointwise_op(), x, other, conv.weight, conv.bias, list(conv.padding)))
+    return clear_margin(_binary(pointwise_op(), x, other, conv.weight, conv.bias, list(conv.padding)))

@@ -24,7 +24,7 @@ DTYPES = [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.cpu_bf16
 # fp32, fused vs plain: a few float32 ulps of sums of 9 * C products of O(1) values (seen: 6e-7)
 FP32_TOL = dict(rtol=1e-5, atol=1e-5)
 
-needs_op = pytest.mark.skipif(fused._pointwise_op() is None, reason="this PyTorch has no oneDNN fused conv")
+needs_op = pytest.mark.skipif(fused.pointwise_op() is None, reason="this PyTorch has no oneDNN fused conv")
 
 
 def _conv(dtype: torch.dtype, cin: int = 8, cout: int = 8, k: int = 3) -> nn.Conv2d:
@@ -38,7 +38,7 @@ def _map(dtype: torch.dtype, c: int = 8, h: int = 13, w: int = 17) -> torch.Tens
 
 @pytest.fixture
 def unfused(monkeypatch):
-    monkeypatch.setattr(fused, "_pointwise_op", lambda: None)
+    monkeypatch.setattr(fused, "pointwise_op", lambda: None)
 
 
 @needs_op
@@ -47,7 +47,7 @@ def unfused(monkeypatch):
 def test_conv_relu_matches_the_eager_ops(dtype, channels):
     conv, x = _conv(dtype, channels, channels), _map(dtype, channels)
     with torch.inference_mode():
-        assert fused._fusable(conv, x)
+        assert fused.fusable(conv, x)
         got, want = conv_relu(conv, x), torch.relu(conv(x))
     assert (got >= 0).all() and (got == 0).any()  # the ReLU ran
     if dtype == torch.float32:
@@ -81,18 +81,18 @@ def test_conv_add_rounds_once(dtype, channels):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_eager_ops_where_fusion_must_not_run(dtype):
     conv, x, other = _conv(dtype), _map(dtype), _map(dtype)
-    assert not fused._fusable(conv, x)  # grad enabled: training keeps the plain ops
+    assert not fused.fusable(conv, x)  # grad enabled: training keeps the plain ops
     x.requires_grad_(True)
     y = conv_add(conv, conv_relu(conv, x), other)
     y.float().sum().backward()
     assert x.grad is not None and x.grad.abs().sum() > 0
     with torch.inference_mode():
-        assert not fused._fusable(nn.Conv2d(8, 8, 3, padding=1, groups=2).to(dtype), x.detach())
-        assert not fused._fusable(nn.Conv2d(8, 8, 3, padding=1, stride=2).to(dtype), x.detach())
-        assert not fused._fusable(_conv(dtype), x.detach().to(torch.float16))
+        assert not fused.fusable(nn.Conv2d(8, 8, 3, padding=1, groups=2).to(dtype), x.detach())
+        assert not fused.fusable(nn.Conv2d(8, 8, 3, padding=1, stride=2).to(dtype), x.detach())
+        assert not fused.fusable(_conv(dtype), x.detach().to(torch.float16))
         hooked = _conv(dtype)
         hooked.register_forward_hook(lambda *_: None)  # a MAC counter or profiler watches the module
-        assert fused._fusable(_conv(dtype), x.detach()) and not fused._fusable(hooked, x.detach())
+        assert fused.fusable(_conv(dtype), x.detach()) and not fused.fusable(hooked, x.detach())
         # a residual of another shape (here one that broadcasts) takes the eager add, as before
         narrow = other[:, :1]
         assert torch.equal(conv_add(_conv(dtype), x.detach(), narrow), _conv(dtype)(x.detach()) + narrow)
@@ -101,7 +101,7 @@ def test_eager_ops_where_fusion_must_not_run(dtype):
 def test_without_the_op_the_eager_ops_run(unfused):
     conv, x, other = _conv(torch.float32), _map(torch.float32), _map(torch.float32)
     with torch.inference_mode():
-        assert not fused._fusable(conv, x)
+        assert not fused.fusable(conv, x)
         assert torch.equal(conv_relu(conv, x), torch.relu(conv(x)))
         assert torch.equal(conv_add(conv, x, other), conv(x) + other)
 
@@ -121,7 +121,7 @@ def test_shipped_models_fused_against_unfused(name, monkeypatch):
         with torch.inference_mode():
             got = net(x).float().clamp(0, 1)
             with monkeypatch.context() as m:
-                m.setattr(fused, "_pointwise_op", lambda: None)
+                m.setattr(fused, "pointwise_op", lambda: None)
                 want = net(x).float().clamp(0, 1)
         mse = (got - want).pow(2).mean().item()
         if dtype == torch.float32:  # identical on the AMX Xeon; float rounding elsewhere

@@ -24,7 +24,7 @@ SHIPPED = [f"{family}-x{s}" for family in ("asa-base", "asa-deep", "photo") for 
 
 @pytest.fixture(autouse=True)
 def unfused(monkeypatch):
-    monkeypatch.setattr(fused, "_pointwise_op", lambda: None)
+    monkeypatch.setattr(fused, "pointwise_op", lambda: None)
     with native.tiered_only():
         yield
 
