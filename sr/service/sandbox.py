@@ -3,7 +3,7 @@
 The pre-checks of :mod:`sr.io` (scan counts, metadata sizes, page counts) refuse the known decoder
 pathologies in microseconds; this module is the guarantee behind them: any decode, known bomb or not,
 costs at most its limits. Each :class:`Sandbox` keeps a few child processes, each started as
-``python -m sr.service.sandbox`` with
+``python -m sr.service.sandbox_child`` (:mod:`sr.service.sandbox_child`, the child's side) with
 
 - ``RLIMIT_AS`` (address space): a decode that allocates past it gets a MemoryError (413) or dies;
 - ``RLIMIT_CPU``: set before each job to the CPU the child has used plus the job's allowance, so a
@@ -31,13 +31,10 @@ memory as float pixels).
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import mmap
 import os
 import queue
-import resource
 import signal
 import socket
 import subprocess
@@ -52,11 +49,11 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 import sr.io as sio
-from sr.io.png_chunks import late_exif_orientation, stored_size
 
 from .jobs import JobStopped
 from .sandbox_protocol import (
-    ErrorKind,
+    MAX_FDS,
+    MAX_MESSAGE,
     ErrorReply,
     ImageReply,
     JobMessage,
@@ -70,12 +67,7 @@ from .sandbox_protocol import (
 P = ParamSpec("P")
 T = TypeVar("T")
 
-MODULE = "sr.service.sandbox"
-MAX_MESSAGE = 64 * 1024   # JSON only: anything big goes in a memfd
-MAX_FDS = 4
-# A child whose resident memory passed this after a job is retired and replaced: glibc keeps freed
-# heap, and a child that once decoded a 16-MP image would otherwise sit on it while idle.
-RETIRE_RSS_BYTES = 256 * 2**20
+CHILD_MODULE = "sr.service.sandbox_child"
 START_TIMEOUT_S = 60.0      # python + numpy + Pillow import on a loaded 2-core machine
 
 
@@ -97,16 +89,13 @@ class Probe:
     orientation: int
 
 
-# --------------------------------------------------------------------------------------------- parent
-
-
 class _Child:
     def __init__(self, memory_bytes: int) -> None:
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", MODULE, "--fd", str(child_sock.fileno()),
+                [sys.executable, "-m", CHILD_MODULE, "--fd", str(child_sock.fileno()),
                  "--memory", str(memory_bytes)],
                 pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, env=env, close_fds=True,
                 start_new_session=True,  # a Ctrl-C to the server's terminal is the server's to handle
@@ -411,139 +400,3 @@ class _suppress_os:
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
         return kind is not None and issubclass(kind, (OSError, subprocess.TimeoutExpired))
-
-
-# --------------------------------------------------------------------------------------------- child
-
-
-def _memfd_with(array: np.ndarray) -> int:
-    fd = os.memfd_create("sr-pixels", os.MFD_CLOEXEC)
-    if array.nbytes:
-        os.ftruncate(fd, array.nbytes)
-        with mmap.mmap(fd, array.nbytes) as m:
-            np.frombuffer(m, dtype=array.dtype).reshape(array.shape)[...] = array
-    return fd
-
-
-def _cpu_used() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-# The formats the service accepts from uploads: decided here, in the child, so no caller can widen it.
-UPLOAD_FORMATS = sio.upload_formats()
-# An unexpected exception's message is cut to this many characters: it travels in a datagram.
-MAX_REASON = 300
-
-
-def _serve_one(job: JobMessage, data: bytes) -> tuple[Result, list[int]]:
-    """The job's result, or its refusal as an :class:`ErrorReply`: whatever the decoder raises, the
-    child answers and lives on (a TypeError from Pillow killed it, cost a restart and was
-    answered "refused before decoding"); only its limits end it."""
-    try:
-        return _serve(job, data)
-    except sio.ImageError as e:
-        return ErrorReply.of(e), []
-    except MemoryError:
-        return ErrorReply(ErrorKind.TOO_LARGE, "not enough memory to decode this image"), []
-    except Exception as e:  # noqa: BLE001 - any decoder failure is the file's: answered, not fatal
-        what = f"{type(e).__name__}: {e}"
-        print(f"sr decoder: {job.op.value} failed: {what[:MAX_REASON]}", file=sys.stderr, flush=True)
-        return ErrorReply(ErrorKind.DECODE, f"the decoder failed on this file ({what[:MAX_REASON]})"), []
-
-
-def _serve(job: JobMessage, data: bytes) -> tuple[Result, list[int]]:
-    if job.op is Op.PROBE:
-        w, h = sio.read_size(data, job.max_pixels, formats=UPLOAD_FORMATS)
-        orientation = late_exif_orientation(data)
-        if orientation in (5, 6, 7, 8) and (w, h) == stored_size(data):
-            w, h = h, w  # the decoder will turn it (an eXIf chunk after the pixel data)
-        return ProbeReply(w, h, orientation or 1), []
-    img = sio.read_image(data, max_pixels=job.max_pixels, formats=UPLOAD_FORMATS)
-    if job.op is Op.PREVIEW:
-        body = sio.encode_image(dataclasses.replace(img, bit_depth=8), format="png")
-        del img
-        fd = os.memfd_create("sr-png", os.MFD_CLOEXEC)
-        os.write(fd, body) if len(body) < 2**20 else _write_all(fd, body)
-        return PngReply(len(body)), [fd]
-    return _image_reply(img)
-
-
-def _image_reply(img: sio.DecodedImage) -> tuple[ImageReply, list[int]]:
-    fds = [_memfd_with(img.pixels)]
-    alpha_shape, icc_size = None, 0
-    if img.alpha is not None:
-        fds.append(_memfd_with(img.alpha))
-        alpha_shape = list(img.alpha.shape)
-    if img.icc_profile:  # up to MAX_PNG_CHUNK: too big for a datagram
-        fds.append(_memfd_with(np.frombuffer(img.icc_profile, np.uint8)))
-        icc_size = len(img.icc_profile)
-    return ImageReply(list(img.pixels.shape), str(img.pixels.dtype), img.bit_depth, img.format, img.mode,
-                      alpha_shape, icc_size), fds
-
-
-# A 1x1 gray PNG, decoded once at start-up.
-_WARM_UP_PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010800000000"
-                             "3a7e9b550000000a49444154789c63600000000200015c3a1b5f0000000049454e44ae426082")
-
-
-def _write_all(fd: int, body: bytes) -> None:
-    view = memoryview(body)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def child_main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description="a decoder child of sr serve")
-    p.add_argument("--fd", type=int, required=True, help="the SOCK_SEQPACKET socket to the server")
-    p.add_argument("--memory", type=int, required=True, help="RLIMIT_AS in bytes")
-    args = p.parse_args(argv)
-    resource.setrlimit(resource.RLIMIT_AS, (args.memory, args.memory))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a SIGXCPU'd child leaves no core file
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sock = socket.socket(fileno=args.fd)
-    from PIL import Image
-
-    # Before "ready": the first job should not pay for the imports, nor for Pillow's plugin
-    # registry (Image.init imports every format plugin: ~0.5 s of a loaded machine).
-    Image.init()
-    sio.read_image(_WARM_UP_PNG)
-
-    sock.send(json.dumps({"ready": True}).encode())
-    while True:
-        try:
-            raw, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
-        except OSError:
-            return 0
-        if not raw:
-            return 0  # the server closed its end
-        job = JobMessage.decode(raw)
-        try:
-            with mmap.mmap(fds[0], job.size, prot=mmap.PROT_READ) as m:
-                data = bytes(m)
-        finally:
-            for fd in fds:
-                os.close(fd)
-        # The kernel's CPU deadline for this job: what this process has used so far plus the job's
-        # allowance. Soft limit only (the hard one stays open so the next job can move it).
-        start = _cpu_used()
-        soft = int(start + job.cpu_s) + 1
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
-        result, out_fds = _serve_one(job, data)
-        del data
-        reply = Reply(result, cpu_s=_cpu_used() - start, retire=_rss_bytes() > RETIRE_RSS_BYTES)
-        try:
-            socket.send_fds(sock, [reply.encode()], out_fds)
-        finally:
-            for fd in out_fds:
-                os.close(fd)
-        if reply.retire:
-            return 0
-
-if __name__ == "__main__":
-    sys.exit(child_main())

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 
 import sr.io as sio
 
+MAX_MESSAGE = 64 * 1024   # bytes of one datagram: JSON only, anything big goes in a memfd
+MAX_FDS = 4               # memfds that come with one message
+# A child whose resident memory passed this after a job is retired and replaced: glibc keeps freed
+# heap, and a child that once decoded a 16-MP image would otherwise sit on it while idle.
+RETIRE_RSS_BYTES = 256 * 2**20
+
 
 class Op(enum.Enum):
     PROBE = "probe"

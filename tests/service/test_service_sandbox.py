@@ -1,4 +1,4 @@
-"""The decoder sandbox (issue 54): child processes with kernel limits, pixels back through memfds."""
+"""The decoder sandbox: child processes with kernel limits, pixels back through memfds."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def _xmp_number_tiff() -> bytes:
 def test_any_exception_is_answered_by_a_child_that_lives_on(monkeypatch: pytest.MonkeyPatch) -> None:
     # Issue 72, hole 3: a TypeError from Pillow killed the child (a restart, 0.25 s of CPU, a
     # traceback) and was answered "refused before decoding".
-    from sr.service import sandbox as sandbox_module
+    from sr.service import sandbox_child
     from sr.service.sandbox_protocol import ErrorKind, ErrorReply, JobMessage, Op
 
     box = Sandbox(1, Limits(memory_bytes=384 * 2**20, cpu_s=30, wall_s=60))
@@ -171,8 +171,8 @@ def test_any_exception_is_answered_by_a_child_that_lives_on(monkeypatch: pytest.
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(sandbox_module.sio, "read_size", broken)
-    result, fds = sandbox_module._serve_one(JobMessage(Op.PROBE, 8, None, 1.0), b"whatever")
+    monkeypatch.setattr(sandbox_child.sio, "read_size", broken)
+    result, fds = sandbox_child.serve_one(JobMessage(Op.PROBE, 8, None, 1.0), b"whatever")
     assert fds == [] and result == ErrorReply(ErrorKind.DECODE,
                                               "the decoder failed on this file (RuntimeError: boom)")
 
