@@ -17,9 +17,6 @@ KNOWN_OFFENDERS = {
     "sr/inference/engine.py:Upscaler": 16,
     "sr/inference/family.py:FamilyEngine": 30,
     "sr/service/hub.py:ModelHub": 24,
-    "sr/service/jobs.py": 586,
-    "sr/service/jobs.py:JobPool": 16,
-    "sr/service/sandbox.py": 549,
     "sr/train/loop.py": 684,
     "sr/train/loop.py:Trainer": 22,
 }
