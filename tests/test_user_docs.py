@@ -105,13 +105,13 @@ def test_every_repository_path_the_user_docs_name_exists() -> None:
 
 def test_a_moved_or_misspelt_path_is_found_in_prose_spans_and_blocks() -> None:
     text = ("See tests/conftest.py and `sr/cli.py`.\n"
-            "The fixture is in tests/inference/conftest.py.\n"
+            "The fixture is in tests/no_such_folder/conftest.py.\n"
             "```\npython -m pytest tests/no_such_test.py\n```\n"
             "`weights/asa-base-x{2,3,4}.safetensors`, `--model weights/asa-base-xS.safetensors`, "
             "../shared/datasets/sr/gone.py\n"
             "`sr/weights.py`, the module sr/inference/ and sr/nowhere/.\n")
     assert missing_repository_paths(text) == [
-        (2, "tests/inference/conftest.py"), (4, "tests/no_such_test.py"), (7, "sr/nowhere/")]
+        (2, "tests/no_such_folder/conftest.py"), (4, "tests/no_such_test.py"), (7, "sr/nowhere/")]
 
 
 def _ruff_commands(text: str) -> list[list[str]]:
