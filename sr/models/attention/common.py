@@ -145,10 +145,15 @@ class AttentionBranch(nn.Module):
         qk = F.conv2d(pooled, self.qkv.weight[: 2 * c].float(), self.qkv.bias[: 2 * c].float())
         return tuple(t.flatten(2).transpose(1, 2) for t in qk.chunk(2, dim=1))  # type: ignore[return-value]
 
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+        """q, k, v of x, (B, C, H, W) each: the 1x1 ``qkv`` conv split in three. Kinds without queries
+        and keys (the gates, :mod:`.gates`) project v alone and return None for q and k."""
+        return self.qkv(x).chunk(3, dim=1)  # type: ignore[return-value]
+
     def forward(self, x: torch.Tensor, aux: dict | None = None) -> torch.Tensor:
         h, w = x.shape[-2:]
         xs = F.avg_pool2d(x, self.stride, ceil_mode=True) if self.stride > 1 else x  # (B, C, h', w')
-        q, k, v = self.qkv(xs).chunk(3, dim=1)  # each (B, C, h', w')
+        q, k, v = self.project(xs)  # each (B, C, h', w')
         out = self.attend(q, k, v, xs, aux)  # (B, C, h', w')
         if self.lepe is not None:
             # the routed kinds' inference output is a fresh map: add into it (the same sums) rather than
