@@ -81,18 +81,19 @@ def check_model(settings) -> None:
     Building the engine is cheap (it reads metadata only; weights load later, in the app).
     """
     from sr.inference import UpscaleError
-    from sr.service.hub import ModelHub, UnknownModelError
+    from sr.service.catalog import UnknownModelError
+    from sr.service.hub import ModelHub
 
     hub = ModelHub(settings)
-    if hub.default not in hub.families() and settings.models_dir is not None and any(
+    if hub.default not in hub.catalog.families() and settings.models_dir is not None and any(
             p.stem == hub.default and is_model_path(p)
             for p in settings.models_dir.glob(f"{glob.escape(hub.default)}.*")):
         return  # a file of the models folder: read once, by the app, before /readyz says ready
     try:
-        hub.resolve(hub.default)
+        hub.catalog.resolve(hub.default)
         hub.engine(hub.default)
     except UnknownModelError:
-        available = ", ".join(hub.families()) or "none"
+        available = ", ".join(hub.catalog.families()) or "none"
         folder = settings.weights_dir or "the package weights/ folder"
         message = f"model {settings.model!r} not found (available: {available}; weights folder: {folder})"
         raise CLIError(message) from None

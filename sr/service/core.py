@@ -65,11 +65,12 @@ class Service:
     def job(self, data: bytes, family: str, asked: UpscaleRequest, keep_budget_map: bool) -> JobRequest:
         """An upload's job for ``asked``, under this server's limits."""
         s = self.settings
-        k_max = self.hub.budget_k_max(family) if asked.budget_map or keep_budget_map else None
+        catalog = self.hub.catalog
+        k_max = catalog.budget_k_max(family) if asked.budget_map or keep_budget_map else None
         return JobRequest(data=data, request=asked, max_pixels=s.max_pixels, budget_k_max=k_max,
                           keep_budget_map=keep_budget_map, max_output_pixels=s.max_output_pixels,
-                          max_work_pixels=s.max_work_pixels, cost=self.hub.cost(family, asked.pre),
-                          teaches=self.hub.calibrated(family, asked.pre))
+                          max_work_pixels=s.max_work_pixels, cost=catalog.cost(family, asked.pre),
+                          teaches=catalog.calibrated(family, asked.pre))
 
     async def admit(self, engine: Upscaler, job: JobRequest) -> Work:
         """The job's predicted work, or the domain error that refuses it before any work: the header
@@ -174,12 +175,21 @@ class Service:
         self.intake.start()
         self.decoder.start()
 
-        def calibrate(engine: Upscaler) -> None:
-            self.intake.wait_ready()
-            self.decoder.wait_ready()
-            self.calibrate(engine)
+        threading.Thread(target=self._load, name="sr-load", daemon=True).start()
 
-        threading.Thread(target=self.hub.load_default, args=(calibrate,), name="sr-load", daemon=True).start()
+    def _load(self) -> None:
+        """The default model loaded and warmed, then (with preload) the work model calibrated on it
+        once the sandboxes are up; the hub says ready after both, or failed with the error."""
+        try:
+            engine = self.hub.load_default()
+            if self.settings.preload:
+                self.intake.wait_ready()
+                self.decoder.wait_ready()
+                self.calibrate(engine)
+        except Exception as e:  # noqa: BLE001 - any failure is reported by /readyz, not raised
+            self.hub.failed(e)
+        else:
+            self.hub.loaded(engine)
 
     def close(self) -> None:
         self.pool.shutdown()

@@ -21,12 +21,13 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from sr import NATURAL_MODEL
-from sr.inference import UpscaleError, Upscaler
+from sr.inference import Upscaler
 from sr.io import FORMATS, writable_format_for
 from sr.request import UpscaleRequest, same_format
 
-from .errors import InvalidRequestError, ModelUnavailableError
-from .hub import ModelHub, ModelMemoryError, UnknownModelError
+from .catalog import ModelCatalog, UnknownModelError
+from .errors import InvalidRequestError
+from .hub import ModelHub
 from .jobs import JobStopped
 from .work_model import Work
 
@@ -101,7 +102,7 @@ class JobResult:
 
 
 def form_request(
-    hub: ModelHub, model: str | None, *, scale: int | None, outscale: float | None, width: int | None,
+    hub: ModelCatalog, model: str | None, *, scale: int | None, outscale: float | None, width: int | None,
     height: int | None, fmt: str, quality: int, budget_map: bool, tta: bool, denoise: float | None,
     look: float | None = None, pre: str | None = None,
 ) -> tuple[str, UpscaleRequest]:
@@ -130,19 +131,7 @@ def form_request(
 
 
 def engine_for(hub: ModelHub, family: str, request: UpscaleRequest) -> Upscaler:
-    """The family's engine at the request's denoise strength and look; the engine's
-    :class:`UpscaleError` for a scale it (or, with a look, photo-natural) lacks (its words, as
-    ``sr upscale`` says them), :class:`ModelUnavailableError` when a listed model's file is unusable
-    (the server's fault, not the client's)."""
-    try:
-        engine = hub.engine(family, request.denoise, request.look, request.pre)
-    except ModelMemoryError as e:
-        raise InvalidRequestError(str(e)) from None
-    except UpscaleError as e:
-        raise ModelUnavailableError(f"model {family} is unavailable: {e}") from None
-    if request.scale is not None:
-        engine.check_scale(request.scale)  # before the upload is read, as the CLI checks it
-    return engine
+    return hub.engine_for(family, request)
 
 
 def run_job(engine: Upscaler, req: JobRequest) -> JobResult:

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 import sr.service.core as service_core
-from sr.service.hub import family_of
+from sr.descriptor import family_of
 from sr.service.pipeline import download_name
 
 
@@ -264,8 +264,10 @@ def test_504_timeout_and_the_server_recovers(make_client, make_image, gate_jobs)
 
 def test_503_while_the_model_is_loading(make_client, make_image, monkeypatch) -> None:
     release = threading.Event()
-    monkeypatch.setattr(service_core.ModelHub, "load_default",
-                        lambda self, calibrate=None: (release.wait(20), setattr(self, "state", "ready")))
+    from sr.service.hub import ModelHub
+
+    real = ModelHub.load_default
+    monkeypatch.setattr(ModelHub, "load_default", lambda self: (release.wait(20), real(self))[1])
     client = make_client(wait=False)
     try:
         r = client.get("/readyz")

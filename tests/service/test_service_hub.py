@@ -1,4 +1,5 @@
-"""ModelHub reads each model's budget cap from its descriptor, as the engine and sr info do."""
+"""ModelHub and its catalogue: each model's budget cap from its descriptor (as the engine and sr info
+read it), engines per precision, denoise strength and look, bounded."""
 
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ def test_catalog_k_max_is_the_descriptors(tmp_path: Path) -> None:
     capped = _save(tmp_path, "dflt-x2", "adaptive", {"region": 4, "stride": 2})
     window = _save(tmp_path, "win-x2", "window", {"window": 4, "k_max": 8})
     hub = ModelHub(Settings(weights_dir=tmp_path, model="dflt", preload=False))
-    by_name = {m["name"]: m for m in hub.catalog()}
+    by_name = {m["name"]: m for m in hub.catalog.catalog()}
     assert by_name["dflt-x2"]["k_max"] == describe(capped).k_max == 8.0  # adaptive's default cap
     assert by_name["win-x2"]["k_max"] is describe(window).k_max is None
-    assert hub.budget_k_max("dflt") == 8.0 and hub.budget_k_max("win") is None
+    assert hub.catalog.budget_k_max("dflt") == 8.0 and hub.catalog.budget_k_max("win") is None
     assert "path" not in by_name["dflt-x2"]  # server paths stay hidden
 
 
@@ -43,36 +44,38 @@ def test_engines_run_in_the_configured_precision(tmp_path: Path, monkeypatch: py
     assert hub.engine("auto").dtype_for(2) == torch.bfloat16  # auto's sides too
 
 
-def test_denoise_engines_are_offered_for_photo_and_auto_and_bounded(tmp_path: Path) -> None:
-    import sr.service.hub as hub_module
+def _assert_the_last_used_are_kept(engine) -> None:
+    """``engine(i)``, the i-th strength's engine: the MAX_DENOISE_ENGINES most recently used are kept
+    (asked again: the same engine), an older one was dropped (asked again: built anew)."""
+    from sr.service.hub import MAX_DENOISE_ENGINES as kept
 
+    built = [engine(i) for i in range(kept + 3)]
+    assert all(engine(i) is built[i] for i in range(3, kept + 3))
+    assert engine(2) is not built[2]
+
+
+def test_denoise_engines_are_offered_for_photo_and_auto_and_bounded(tmp_path: Path) -> None:
     for name in ("asa-base-x2", "photo-x2"):
         _save(tmp_path, name, "adaptive", {"region": 4, "stride": 2})
     hub = ModelHub(Settings(weights_dir=tmp_path, model="asa-base", preload=False))
-    assert hub.families() == {"asa-base": [2], "auto": [2], "photo": [2]}
+    assert hub.catalog.families() == {"asa-base": [2], "auto": [2], "photo": [2]}
     assert hub.engine("photo") is hub.engine("photo", 1.0)  # the default strength: one engine
     assert hub.engine("auto", 0.5) is hub.engine("auto", 0.5) and hub.engine("photo", 0.5).denoise == 0.5
-    for i in range(hub_module.MAX_DENOISE_ENGINES + 3):
-        hub.engine("photo", i / 100)
-    assert len(hub._denoise_engines) == hub_module.MAX_DENOISE_ENGINES
+    _assert_the_last_used_are_kept(lambda i: hub.engine("photo", i / 100))
     with pytest.raises(ValueError, match="denoise applies only to the models photo and auto"):
         hub.engine("asa-base", 0.5)
 
 
 def test_look_engines_are_kept_per_family_denoise_and_look(tmp_path: Path) -> None:
-    import sr.service.hub as hub_module
-
     for name in ("asa-base-x2", "photo-x2", "photo-natural-x2"):
         _save(tmp_path, name, "adaptive", {"region": 4, "stride": 2})
     hub = ModelHub(Settings(weights_dir=tmp_path, model="asa-base", preload=False))
-    assert {f["name"]: f["look"] for f in hub.family_list()} == {
+    assert {f["name"]: f["look"] for f in hub.catalog.family_list()} == {
         "asa-base": False, "auto": True, "photo": True, "photo-natural": False}
     assert hub.engine("photo") is hub.engine("photo", None, 0.0)  # the default look: the one engine
     half = hub.engine("photo", None, 0.5)
     assert half is hub.engine("photo", 1.0, 0.5) and half.look == 0.5 and half.denoise == 1.0
     assert hub.engine("photo", 0.5, 0.5) is not half and hub.engine("auto", None, 0.5).look == 0.5
-    for i in range(hub_module.MAX_DENOISE_ENGINES + 3):
-        hub.engine("photo", None, i / 100 + 0.01)
-    assert len(hub._denoise_engines) == hub_module.MAX_DENOISE_ENGINES
+    _assert_the_last_used_are_kept(lambda i: hub.engine("photo", None, i / 100 + 0.01))
     with pytest.raises(ValueError, match="look applies only to the models photo and auto"):
         hub.engine("photo-natural", None, 0.5)

@@ -168,7 +168,7 @@ def test_refusals_name_the_reason(make_client, models_dir, fields, words) -> Non
 def test_engines_are_evicted_least_recently_used(make_client, big_dir) -> None:
     client = make_client(models_dir=big_dir, models_memory_mb=1)
     hub = client.app.state.service.hub
-    assert hub.engine_bytes("big-a") == 156_748 * 4
+    assert hub.catalog.engine_bytes("big-a") == 156_748 * 4
     data = image_bytes(16, 16)
 
     def run(model: str) -> None:
@@ -193,7 +193,7 @@ def test_a_model_over_the_cap_is_not_offered(make_client, big_dir, caplog) -> No
     assert {f["name"] for f in client.get("/v1/models").json()["families"]} >= {"big-a", "big-b"}
     tight = Settings(model="asa-small", models_dir=big_dir, models_memory_mb=1)
     assert tight.models_memory_mb == 1
-    from sr.service.hub import scan_models_dir
+    from sr.service.models_dir import scan_models_dir
 
     assert scan_models_dir(big_dir, set(), cap=600_000) == {}
     assert sum("over the model memory" in r.getMessage() for r in caplog.records) == 2
@@ -206,12 +206,13 @@ def test_model_plus_pre_over_the_cap_is_refused(make_client, big_dir, models_dir
     torch.save(DnCNN(in_nc=3, out_nc=3, nc=32, nb=17).state_dict(), tmp_path / "dncnn-wide.pth")
     client = make_client(models_dir=tmp_path, models_memory_mb=1)
     hub = client.app.state.service.hub
-    assert hub.engine_bytes("big-a", "dncnn") == (156_748 + 9_443) * 4  # within 1 MB: allowed
+    assert hub.catalog.engine_bytes("big-a", "dncnn") == (156_748 + 9_443) * 4  # within 1 MB: allowed
     ok = _upscale(client, image_bytes(), model="big-a", pre="dncnn")
     assert ok.status_code == 200, ok.text
     assert hub.held() == ["big-a+dncnn"]
     # each alone fits; together over the cap: refused before any upload is read, nothing evicted
-    assert hub.engine_bytes("big-a", "dncnn-wide") > 2**20 > hub.dir_model("dncnn-wide").params * 4
+    wide = hub.catalog.folder().models["dncnn-wide"]
+    assert hub.catalog.engine_bytes("big-a", "dncnn-wide") > 2**20 > wide.params * 4
     r = client.post("/v1/upscale", files={"file": ("a.png", image_bytes())},
                     data={"model": "big-a", "pre": "dncnn-wide"})
     assert r.status_code == 422
@@ -224,11 +225,11 @@ def test_admission_counts_the_models_cost(make_client, models_dir) -> None:
     client = make_client(models_dir=models_dir)
     service = client.app.state.service
     hub = service.hub
-    ref = hub.catalog()[0]["params"] / 4  # asa-small x2: the default's smallest scale
-    model_cost, pre_cost = hub.cost("compact-x4", "dncnn")
-    assert model_cost == pytest.approx(hub.dir_model("compact-x4").params / 16 / ref)
+    ref = hub.catalog.catalog()[0]["params"] / 4  # asa-small x2: the default's smallest scale
+    model_cost, pre_cost = hub.catalog.cost("compact-x4", "dncnn")
+    assert model_cost == pytest.approx(hub.catalog.folder().models["compact-x4"].params / 16 / ref)
     assert pre_cost == pytest.approx(9_443 / 1 / ref)
-    assert hub.cost("asa-small") == (1.0, 0.0)  # the weights folder's families: as before
+    assert hub.catalog.cost("asa-small") == (1.0, 0.0)  # the weights folder's families: as before
     from sr.request import UpscaleRequest
     from sr.service.pipeline import plan_work
 
@@ -256,7 +257,8 @@ def test_only_the_weights_folders_models_teach_the_work_model(make_client, model
 def test_a_heavy_model_is_refused_before_it_runs(make_client, models_dir, monkeypatch) -> None:
     client = make_client(models_dir=models_dir, timeout_s=5)
     hub = client.app.state.service.hub
-    monkeypatch.setattr(hub, "cost", lambda family, pre=None: (1e4, 0.0))  # as a 10^4-times heavier model
+    # as a 10^4-times heavier model
+    monkeypatch.setattr(hub.catalog, "cost", lambda family, pre=None: (1e4, 0.0))
     r = _upscale(client, image_bytes(64, 64), model="compact-x2")
     assert r.status_code == 422 and "time limit" in r.json()["detail"]
 
@@ -338,7 +340,8 @@ def test_a_models_folder_file_as_the_default_model(make_client, models_dir, capl
     assert families["compact-x2"]["default"] and not families["asa-small"]["default"]
     r = _upscale(client, image_bytes())
     assert r.status_code == 200 and r.headers["X-Model"] == "compact-x2"
-    assert client.app.state.service.hub.cost("compact-x2") == (1.0, 0.0)  # the calibrated model itself
+    # the calibrated model itself
+    assert client.app.state.service.hub.catalog.cost("compact-x2") == (1.0, 0.0)
 
 
 def test_page_offers_the_pre_choices(make_client, models_dir) -> None:

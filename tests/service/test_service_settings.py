@@ -79,7 +79,7 @@ def test_the_hub_builds_engines_with_the_shared_out_threads(monkeypatch: pytest.
 
     monkeypatch.setattr("sr.inference.Upscaler", FakeUpscaler)
     monkeypatch.setattr("sr.inference.devices.os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
-    ModelHub(Settings(workers=2))._build("asa-base", None, None)
+    ModelHub(Settings(workers=2)).engine("asa-base")
     assert built[0]["threads"] == 2
 
 

@@ -28,6 +28,7 @@ from sr.io import (
     UnsupportedModeError,
 )
 
+from ..catalog import UnknownModelError
 from ..errors import (
     ApiKeyError,
     CorruptImageError,
@@ -35,7 +36,6 @@ from ..errors import (
     ModelNotReadyError,
     ModelUnavailableError,
 )
-from ..hub import UnknownModelError
 from ..jobs import JobTimeoutError, QueueFullError
 from ..limits import BodyError
 from ..pipeline import NoBudgetMapError, WorkLimitError

@@ -14,10 +14,10 @@ router = APIRouter()
 @router.get("/models", summary="Models offered, with scales, parameters and Set5 PSNR",
             responses={401: ERRORS[401]})
 def models(service: ServiceDep) -> dict[str, object]:
-    hub = service.hub
+    catalog = service.hub.catalog
     return {
-        "default": hub.default,
-        "families": hub.family_list(),
-        "pre": hub.pre_list(),
-        "models": hub.model_list(),
+        "default": catalog.default,
+        "families": catalog.family_list(),
+        "pre": catalog.folder().pre_list(),
+        "models": catalog.model_list(),
     }

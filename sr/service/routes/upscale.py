@@ -9,8 +9,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import Response
 
+from ..catalog import AUTO_DESCRIPTION
 from ..deps import ServiceDep, require_ready
-from ..hub import AUTO_DESCRIPTION
 from ..pipeline import engine_for, form_request, mime_types, request_formats, result_headers
 from .responses import CLIENT_CLOSED, ERRORS
 from .uploads import read_upload, refuse_repeated_fields
@@ -65,7 +65,7 @@ async def upscale(
     # As `sr upscale`: the arguments -> one UpscaleRequest -> its engine and plan -> run -> output.
     start = time.perf_counter()
     refuse_repeated_fields(await request.form())  # already parsed for the parameters: no second read
-    family, asked = form_request(service.hub, model, scale=scale, outscale=outscale, width=width,
+    family, asked = form_request(service.hub.catalog, model, scale=scale, outscale=outscale, width=width,
                                  height=height, fmt=fmt, quality=quality, budget_map=budget_map, tta=tta,
                                  denoise=denoise, look=look, pre=pre)
     engine = engine_for(service.hub, family, asked)
