@@ -1,6 +1,6 @@
 """``sr bench train``: training-step time per preset and per attention kind.
 
-One step is the trainer's own :meth:`~sr.train.loop.Trainer.train_step`, minus data loading: forward
+One step is the trainer's own :meth:`~sr.train.learner.Learner.train_step`, minus data loading: forward
 (collecting the budget loss), L1 + 0.01 * budget loss, backward, gradient clipping, AdamW step, EMA
 update. Inputs are a fixed random batch (LR patches and their HR targets). The configurations run
 interleaved, one step each in turn, so that load from other processes hits all of them alike; the
@@ -27,7 +27,7 @@ from sr.errors import CLIError
 from sr.models import DEFAULT_PRESET, PRESETS, count_params
 from sr.models.attention import ATTENTION_KINDS
 from sr.train.config import TrainConfig
-from sr.train.loop import Trainer
+from sr.train.learner import Learner
 
 from .attention import Clock, add_timing_arguments, pick_device, run_config
 from .tooling import set_threads, write_json
@@ -93,7 +93,7 @@ class Step:
         cfg = TrainConfig(preset=preset, scale=args.scale, attention=kind, lr=1e-4, loss="l1",
                           budget_weight=BUDGET_WEIGHT, grad_clip=1.0, amp="bf16" if args.amp else "off",
                           seed=args.seed)
-        self.trainer = Trainer.for_steps(cfg, device, memory_format=self.layout)
+        self.trainer = Learner(cfg, device, memory_format=self.layout)
         self.model = self.trainer.model.train()
 
     def __call__(self, lr: torch.Tensor, hr: torch.Tensor) -> float:

@@ -1,4 +1,5 @@
-"""Training: config, loop (EMA, checkpoints, validation, DDP) and export."""
+"""Training: config, the loop, its step (learner; gan: the discriminator's part), checkpoints,
+validation, the --init weights, the DDP processes, and export."""
 
 from .config import TrainConfig, load_config
 

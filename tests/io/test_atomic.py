@@ -61,7 +61,7 @@ def test_every_file_writer_goes_through_atomic_write(tmp_path, monkeypatch):
     import sr.io
     from sr.data.patches import cached
     from sr.models import NetConfig, SRNet
-    from sr.train.loop import atomic_save
+    from sr.train.checkpoints import atomic_save
     from sr.weights import load_weights, save_weights
 
     written = []
@@ -71,7 +71,7 @@ def test_every_file_writer_goes_through_atomic_write(tmp_path, monkeypatch):
         written.append(Path(path).name)
         return real(path, data)
 
-    for module in ("sr.io.encode", "sr.weights", "sr.data.patches", "sr.train.loop"):
+    for module in ("sr.io.encode", "sr.weights", "sr.data.patches", "sr.train.checkpoints"):
         monkeypatch.setattr(f"{module}.atomic_write", spy)
     write_image(tmp_path / "img.png", small_image())
     net = SRNet(NetConfig(scale=2, channels=8, blocks=1, attention="none"))

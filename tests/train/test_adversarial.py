@@ -68,15 +68,16 @@ def test_gan_run_trains_the_discriminator_logs_its_terms_snapshots_and_resumes(t
     cfg = tiny_config(tmp_path, steps=6, val=[], gan_weight=0.1, frequency_weight=0.05, disc_width=8,
                log_every=3, snapshot_every=3, ckpt_every=3, phase_weight=0.5)
     trainer = Trainer(cfg)
-    disc_before = {k: v.clone() for k, v in trainer.disc.state_dict().items()}
+    disc = trainer.learner.gan.disc
+    disc_before = {k: v.clone() for k, v in disc.state_dict().items()}
     trainer.fit(stop_at=3)
-    assert any(not torch.equal(disc_before[k], v) for k, v in trainer.disc.state_dict().items())
+    assert any(not torch.equal(disc_before[k], v) for k, v in disc.state_dict().items())
     rec = next(r for r in read_log(cfg.run_dir) if "loss" in r)
     assert {"gan", "feature", "artefact", "phase", "disc"} <= set(rec)
     resumed = Trainer(tiny_config(tmp_path, steps=6, val=[], gan_weight=0.1, frequency_weight=0.05,
                                   disc_width=8, log_every=3, snapshot_every=3, ckpt_every=3), resume=True)
-    for k, v in trainer.disc.state_dict().items():  # the discriminator comes back with the run
-        torch.testing.assert_close(resumed.disc.state_dict()[k], v)
+    for k, v in disc.state_dict().items():  # the discriminator comes back with the run
+        torch.testing.assert_close(resumed.learner.gan.disc.state_dict()[k], v)
     resumed.fit()
     snaps = sorted(p.name for p in cfg.run_dir.glob("snap-*.pt"))
     assert snaps == ["snap-000003.pt", "snap-000006.pt"]
@@ -96,7 +97,9 @@ def test_gan_settings_are_checked_before_training(tmp_path):
 
 def test_pixel_only_training_has_no_discriminator(tmp_path):
     trainer = Trainer(tiny_config(tmp_path, steps=1, val=[]))
-    assert trainer.disc is None and "disc" not in trainer._state()
+    assert trainer.learner.gan is None
+    trainer.fit()
+    assert not {"disc", "disc_opt"} & set(torch.load(trainer.run_dir / "last.pt", weights_only=False))
 
 
 def _smooth_batch(n: int, side: int) -> torch.Tensor:

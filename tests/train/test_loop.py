@@ -20,7 +20,9 @@ from sr.cli import main as sr_main
 from sr.evaluation import set_name, set_names
 from sr.models import build_model
 from sr.train.config import LOSS_CHOICES, load_config
-from sr.train.loop import PIXEL_LOSSES, Trainer, lr_at, selection_score, use_bf16_autocast
+from sr.train.learner import PIXEL_LOSSES, use_bf16_autocast
+from sr.train.loop import Trainer, lr_at
+from sr.train.validation import selection_score
 from sr.weights import load_weights
 from tests.train.runs import export_checkpoint, read_log, textures, tiny_config
 
@@ -48,7 +50,7 @@ def test_cycle_start_restarts_the_schedule_there():
 
 @pytest.mark.parametrize("amx", [True, False])
 def test_amp_auto_is_bf16_on_cuda_and_on_amx_cpus_only(monkeypatch, amx):
-    monkeypatch.setattr("sr.train.loop.cpu_has_amx", lambda: amx)
+    monkeypatch.setattr("sr.train.learner.cpu_has_amx", lambda: amx)
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert use_bf16_autocast("auto", cpu) is amx
     assert use_bf16_autocast("auto", cuda) is True
@@ -60,9 +62,9 @@ def test_amp_auto_is_bf16_on_cuda_and_on_amx_cpus_only(monkeypatch, amx):
 
 @pytest.mark.parametrize("amx", [True, False])
 def test_trainer_follows_amp_auto_and_logs_it(tmp_path, monkeypatch, amx):
-    monkeypatch.setattr("sr.train.loop.cpu_has_amx", lambda: amx)
+    monkeypatch.setattr("sr.train.learner.cpu_has_amx", lambda: amx)
     t = Trainer(tiny_config(tmp_path, steps=6, val_every=6, device="cpu"))
-    assert t.autocast == dict(device_type="cpu", dtype=torch.bfloat16, enabled=amx)
+    assert t.learner.autocast == dict(device_type="cpu", dtype=torch.bfloat16, enabled=amx)
     for net in (t.model, t.ema):  # channels-last on CPU too: oneDNN's native conv layout
         assert net.head.weight.is_contiguous(memory_format=torch.channels_last)
     t.fit()
@@ -115,19 +117,37 @@ def test_mse_loss_is_what_trains_and_is_logged(tmp_path):
         Trainer(tiny_config(tmp_path / "bad", loss="huber"))
 
 
-def test_resume_continues_exactly(tmp_path):
-    straight = tiny_config(tmp_path / "a", steps=20, val=[])
+def _loss_lines(run_dir: Path) -> list[dict]:
+    """The log's loss lines without their timings: step, learning rate, every loss term."""
+    timings = {"it_s", "seconds", "cpu_seconds", "data_share"}
+    return [{k: v for k, v in r.items() if k not in timings} for r in read_log(run_dir) if "loss" in r]
+
+
+@pytest.mark.parametrize("gan", [False, True], ids=["pixel", "gan"])
+def test_resume_continues_exactly(tmp_path, gan):
+    # fp32 on one CPU thread: a paused and resumed run is the uninterrupted run, bit for bit (the GAN
+    # run's discriminator and its optimiser come back with the checkpoint too)
+    extra = dict(gan_weight=0.1, frequency_weight=0.05, phase_weight=0.5, disc_width=8) if gan else {}
+    kw = dict(steps=12, val=[], log_every=2, amp="off", **extra)
+    straight = tiny_config(tmp_path / "a", **kw)
     Trainer(straight).fit()
-    first = tiny_config(tmp_path / "b", steps=20, val=[])
-    Trainer(first).fit(stop_at=10)
-    resumed = Trainer(tiny_config(tmp_path / "b", steps=20, val=[]), resume=True)
-    assert resumed.step == 10
+    first = tiny_config(tmp_path / "b", **kw)
+    Trainer(first).fit(stop_at=6)
+    resumed = Trainer(tiny_config(tmp_path / "b", **kw), resume=True)
+    assert resumed.step == 6
     resumed.fit()
+    lines = _loss_lines(straight.run_dir)
+    assert [r["step"] for r in lines] == [2, 4, 6, 8, 10, 12]
+    assert all({"gan", "feature", "artefact", "phase", "disc"} <= set(r) for r in lines) is gan
+    assert _loss_lines(first.run_dir) == lines
     a = torch.load(straight.run_dir / "last.pt", weights_only=False)
     b = torch.load(first.run_dir / "last.pt", weights_only=False)
-    for key in a["model"]:
-        torch.testing.assert_close(a["model"][key], b["model"][key], rtol=0, atol=1e-6)
-        torch.testing.assert_close(a["ema"][key], b["ema"][key], rtol=0, atol=1e-6)
+    parts = ("model", "ema", "disc") if gan else ("model", "ema")
+    assert ("disc" in a) is gan
+    for part in parts:
+        assert a[part].keys() == b[part].keys()
+        for key in a[part]:
+            assert torch.equal(a[part][key], b[part][key]), f"{part}.{key}"
 
 
 def test_sigterm_writes_checkpoint_and_exits(tmp_path):
@@ -337,7 +357,7 @@ def test_init_from_exported_weights_continues_their_steps_and_time(tmp_path):
     again = tiny_config(tmp_path / "b", steps=6, val_every=3, init=str(shipped))
     t = Trainer(again)
     t.fit()
-    assert t.lineage == {"from": "shipped.safetensors", "steps": 10,
+    assert t.progress.lineage == {"from": "shipped.safetensors", "steps": 10,
                          "seconds": float(before["train_seconds"]), "continues": True}
     out = tmp_path / "next.safetensors"
     for ckpt in ("last.pt", "best.pt"):
@@ -354,7 +374,7 @@ def test_init_from_exported_weights_continues_their_steps_and_time(tmp_path):
     # x2 weights starting an x3 run: named, but their steps are not x3's
     x3 = tiny_config(tmp_path / "c", scale=3, steps=2, val=[], init=str(shipped))
     t3 = Trainer(x3)
-    assert t3.lineage["continues"] is False and t3.lineage["steps"] == 10
+    assert t3.progress.lineage["continues"] is False and t3.progress.lineage["steps"] == 10
     t3.fit()
     assert export_checkpoint(x3.run_dir / "last.pt", out).returncode == 0
     _, meta = load_weights(out)
@@ -415,9 +435,9 @@ def test_ddp_two_processes_on_cpu(tmp_path):
 
 
 def test_torchrun_with_more_processes_than_gpus_is_a_clear_error(tmp_path, monkeypatch):
-    import sr.train.loop as loop
+    from sr.train import distributed
 
-    monkeypatch.setattr(loop, "resolve_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(distributed, "resolve_device", lambda name: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
@@ -443,7 +463,7 @@ def test_cuda_run_stops_resumes_and_exports(tmp_path):
 
 
 def test_ema_update_moves_each_weight_toward_the_model_and_copies_buffers():
-    from sr.train.loop import ema_update
+    from sr.train.learner import ema_update
 
     model, ema = torch.nn.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
     with torch.no_grad():
@@ -458,13 +478,13 @@ def test_ema_update_moves_each_weight_toward_the_model_and_copies_buffers():
 
 
 def test_cpu_threads_follow_the_usable_cpus_not_the_machine(monkeypatch):
-    from sr.train import loop
+    from sr.train import distributed
 
-    monkeypatch.setattr(loop.os, "cpu_count", lambda: 64)  # the machine has 64 cores ...
+    monkeypatch.setattr(distributed.os, "cpu_count", lambda: 64)  # the machine has 64 cores ...
     monkeypatch.setattr("sr.inference.devices.os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    assert loop.cpu_threads(0, 1) == 2  # ... but this process may run on two of them
-    assert loop.cpu_threads(0, 2) == 1 and loop.cpu_threads(0, 4) == 1
-    assert loop.cpu_threads(3, 2) == 3  # an explicit --threads wins
+    assert distributed.cpu_threads(0, 1) == 2  # ... but this process may run on two of them
+    assert distributed.cpu_threads(0, 2) == 1 and distributed.cpu_threads(0, 4) == 1
+    assert distributed.cpu_threads(3, 2) == 3  # an explicit --threads wins
 
 
 def test_cpu_budget_stops_with_checkpoint_and_a_resume_within_it_does_nothing(tmp_path, capsys):
@@ -480,9 +500,9 @@ def test_cpu_budget_stops_with_checkpoint_and_a_resume_within_it_does_nothing(tm
     # a larger budget
     more = Trainer(tiny_config(tmp_path, steps=6, val_every=20, cpu_hours=1.0), resume=True)
     more.fit()
-    assert more.step == 6 and more.cpu_elapsed > ckpt["cpu_elapsed"]
+    assert more.step == 6 and more.progress.cpu_elapsed > ckpt["cpu_elapsed"]
     logged = [r["cpu_seconds"] for r in read_log(trainer.run_dir) if "cpu_seconds" in r]
-    assert logged == sorted(logged) and logged[-1] <= more.cpu_elapsed + 0.1
+    assert logged == sorted(logged) and logged[-1] <= more.progress.cpu_elapsed + 0.1
 
 
 def test_with_a_cpu_budget_the_cosine_follows_cpu_time_not_steps():
@@ -506,7 +526,7 @@ def test_init_carries_the_conv_layers_across_attention_kinds_by_their_order(tmp_
         torch.nn.init.normal_(p, std=0.1)
     path = tmp_path / "src.pt"
     torch.save({"ema": src.state_dict()}, path)
-    from sr.train.loop import load_init
+    from sr.train.init_weights import load_init
 
     dst = build_model("asa-small-x2", attention=kind)
     fresh = load_init(dst, str(path), layers="conv")
@@ -526,7 +546,7 @@ def test_init_carries_the_conv_layers_across_attention_kinds_by_their_order(tmp_
 
 
 def test_a_conv_only_init_is_no_continuation_of_the_weights_lineage(tmp_path):
-    from sr.train.loop import init_lineage
+    from sr.train.init_weights import init_lineage
 
     model = build_model("asa-base-x4")
     shipped = str(REPO / "weights" / "asa-base-x4.safetensors")
@@ -534,7 +554,7 @@ def test_a_conv_only_init_is_no_continuation_of_the_weights_lineage(tmp_path):
     assert not init_lineage(shipped, model, layers="conv")["continues"]
 
 
-# -- degraded input (issue 42): a seeded pool of degraded patches, validation on degraded LR folders --
+# -- degraded input: a seeded pool of degraded patches, validation on degraded LR folders --
 
 
 def test_degraded_training_draws_a_cached_pool_and_logs_it(tmp_path):
@@ -570,7 +590,7 @@ def test_degraded_training_draws_a_cached_pool_and_logs_it(tmp_path):
 def test_validation_on_val_lr_folders_scores_their_files(tmp_path):
     from sr.evaluation import model_upscaler, plan_sets, score_pairs
     from sr.evaluation.degraded import build_degraded_set, set_folder_name
-    from sr.train.loop import validate
+    from sr.train.validation import validate
 
     val = textures(tmp_path / "val", n=2, size=48, seed=1)  # the folder tiny_config makes
     lr_dir = tmp_path / "degraded" / set_folder_name(val, "mild", 2)
