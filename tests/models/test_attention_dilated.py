@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from sr.models.attention import ATTENTION_KINDS, WindowAttention, get_attention, make_attention
 from sr.models.attention.dilated import DilatedAttention
 from tests.models.token_attention_checks import (
+    compiles_without_graph_breaks,
     gradients_reach_everything,
     masked_dense,
     needs_onnx,
@@ -121,6 +122,12 @@ def test_onnx_export_matches_torch_at_any_size():
     # window attention (sr export's graph has the same floor)
     block = strong_block("dilated", 8, 2, window=3, dilation=2)
     onnx_matches_torch(block, [(19, 23), (12, 31), (6, 6), (24, 7)], min_side=6)
+
+
+@pytest.mark.slow
+def test_static_path_compiles_without_graph_breaks_for_any_size():
+    block = strong_block("dilated", 8, 2, window=3, dilation=2)
+    compiles_without_graph_breaks(block, [(24, 40), (31, 17), (6, 9)])
 
 
 def test_sr_train_builds_a_dilated_network():

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from sr.models.attention import ATTENTION_KINDS, get_attention, make_attention
 from sr.models.attention.linear import LinearAttention, linear_attention
 from tests.models.token_attention_checks import (
+    compiles_without_graph_breaks,
     gradients_reach_everything,
     needs_onnx,
     onnx_matches_torch,
@@ -103,6 +104,11 @@ def test_registered_with_its_options():
 @pytest.mark.slow
 def test_onnx_export_matches_torch_at_any_size():
     onnx_matches_torch(strong_block("linear", 8, 2), [(19, 23), (12, 31), (3, 4), (1, 1)])
+
+
+@pytest.mark.slow
+def test_static_path_compiles_without_graph_breaks_for_any_size():
+    compiles_without_graph_breaks(strong_block("linear", 8, 2), [(24, 40), (31, 17), (1, 1)])
 
 
 def test_sr_train_builds_a_linear_network():

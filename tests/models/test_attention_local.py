@@ -8,6 +8,7 @@ import torch
 from sr.models.attention import ATTENTION_KINDS, get_attention, make_attention
 from sr.models.attention.local import LocalAttention, neighbourhood_attention
 from tests.models.token_attention_checks import (
+    compiles_without_graph_breaks,
     gradients_reach_everything,
     masked_dense,
     needs_onnx,
@@ -138,6 +139,11 @@ def test_bad_kernels_are_refused():
 @pytest.mark.slow
 def test_onnx_export_matches_torch_at_any_size():
     onnx_matches_torch(strong_block("local", 8, 2, kernel=5), [(19, 23), (12, 31), (3, 4), (1, 1)])
+
+
+@pytest.mark.slow
+def test_static_path_compiles_without_graph_breaks_for_any_size():
+    compiles_without_graph_breaks(strong_block("local", 8, 2, kernel=5), [(24, 40), (31, 17), (3, 4)])
 
 
 def test_sr_train_builds_a_local_network():

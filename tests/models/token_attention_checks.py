@@ -1,5 +1,6 @@
 """Checks shared by the tests of the token-mixing kinds (local, dilated, linear): a dense reference
-under a mask, gradients everywhere, ONNX against torch, and what `sr train` and `sr info` make of a kind."""
+under a mask, gradients everywhere, ONNX and torch.compile against eager torch, and what `sr train`
+and `sr info` make of a kind."""
 
 from __future__ import annotations
 
@@ -80,6 +81,20 @@ def onnx_matches_torch(block: nn.Module, sizes: list[tuple[int, int]], min_side:
             want = block(x).numpy()
         assert got.shape == want.shape == (1, c, h, w)
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5, err_msg=f"{h}x{w}")
+
+
+def compiles_without_graph_breaks(block: nn.Module, sizes: list[tuple[int, int]]) -> None:
+    """The static path under ``torch.compile(fullgraph=True, dynamic=True)``: fullgraph fails on any
+    graph break (a host read, a data-dependent shape), and symbolic sizes make one trace serve several
+    sizes. The eager backend checks the tracing, not code generation, which keeps this quick."""
+    torch._dynamo.reset()
+    set_attention_path(block, "static")
+    compiled = torch.compile(block, fullgraph=True, dynamic=True, backend="eager")
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for h, w in sizes:
+            x = torch.randn(1, block.dim, h, w, generator=g)
+            torch.testing.assert_close(compiled(x), block(x), atol=1e-5, rtol=1e-5)
 
 
 def sr_train_builds(kind: str) -> list[nn.Module]:
