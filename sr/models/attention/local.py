@@ -7,9 +7,10 @@ k*k keys (min(k, H) x min(k, W) on a map smaller than the kernel).
 
 Plain torch: the keys of one kernel row are gathered for every query at once (an index_select of
 N*k tokens), scored with one batched matmul, and the k*k scores share one softmax; the values are
-gathered the same way. Eager inference runs bands of query rows so that the gathered tokens stay
-under :data:`BAND_BYTES` (a 256 x 256 map in well under a few hundred MB); the static path runs the
-whole map as one band, a graph with no size-dependent loop, for torch.compile and ONNX export.
+gathered the same way. Eager inference runs bands of query rows whose working set stays near
+:data:`BAND_BYTES` (a 256 x 256 map of 64 channels, k = 7: ~150 MB live beyond q, k and v); the
+static path runs the whole map as one band (~430 MB there), a graph with no size-dependent loop,
+for torch.compile and ONNX export.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def _band(
     scores = torch.cat(
         [qr @ kf.index_select(2, i).view(b, heads, r * w, kernel, d).transpose(-1, -2) for i in index], -1
     )  # (B, heads, R*W, 1, k*k)
-    scores = scores.masked_fill(blocked, large_negative(scores.dtype))
+    scores = scores.masked_fill_(blocked, large_negative(scores.dtype))  # fresh from cat: in place
     # softmax in fp32: under bf16 autocast the scores are bf16, and k*k of them share one normaliser
     weights = scores.float().softmax(dim=-1).to(vf.dtype)
     out = None
@@ -107,9 +108,10 @@ class LocalAttention(AttentionBranch):
         return self.stride  # windows follow the query: only the stride pooling has a grid
 
     def band_rows(self, b: int, w: int) -> int:
-        """Query rows per eager band: the gathered keys or values of one kernel row and the k*k fp32
-        scores of every query in the band (those dominate its working set) within BAND_BYTES."""
-        per_row = b * w * (self.kernel * self.dim * 4 + self.heads * self.kernel**2 * 4)
+        """Query rows per eager band: the gathered keys or values of one kernel row and three copies
+        of the k*k fp32 scores (parts, joined, softmax) of every query in the band, which dominate its
+        working set, within BAND_BYTES."""
+        per_row = b * w * (self.kernel * self.dim * 4 + 3 * self.heads * self.kernel**2 * 4)
         return max(1, BAND_BYTES // per_row)
 
     def attend(self, q, k, v, x, aux):
