@@ -115,6 +115,18 @@ def test_spatial_sees_only_its_neighbourhood_and_cbam_the_whole_map():
         assert (change[17:, 17:] > 0).all()
 
 
+def test_spatial_on_a_tile_that_starts_on_its_grid_matches_the_whole_map_inside():
+    # the engine tiles at multiples of ``align``; at stride 2 that is the pooling grid
+    block = strong_block("spatial", 8, 2, spatial_kernel=3, stride=2)
+    assert block.align == 2 and strong_block("spatial", 8, 2).align == 1
+    x = torch.randn(1, 8, 24, 26, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        whole, tile = block(x), block(x[..., 4:20, 6:24])
+    m = 6  # the tile's border, within the block's reach (pooling, LePE, the 3 x 3 map, upsampling)
+    torch.testing.assert_close(tile[..., m:-m, m:-m], whole[..., 4 + m : 20 - m, 6 + m : 24 - m],
+                               atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("hw", [(1, 1), (5, 3), (17, 23)])
 @pytest.mark.parametrize("stride", [1, 2])

@@ -2,7 +2,8 @@
 
 The (B, 2, H, W) mean and max maps go through one k x k conv (k = ``spatial_kernel``, 7 in CBAM) and
 a sigmoid; the map rescales v at every pixel. O(N C) work, and each pixel sees only its k x k
-neighbourhood, so tiled inference with an overlap of k // 2 matches the whole image.
+neighbourhood of the (stride-pooled) map, as in a conv: a tile that starts on the pooling grid
+(``align``) and overlaps the next by the block's reach computes what the whole image does.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ class SpatialGate(GateBranch):
     ) -> None:
         super().__init__(dim, heads, positional, stride)
         self.spatial = SpatialMap(spatial_kernel)
+
+    @property
+    def align(self) -> int:
+        return self.stride  # local: a tile matches the whole image where its pooling grid does
 
     def attend(self, q, k, v, x, aux):
         return v * torch.sigmoid(self.spatial(v))  # (B, C, H, W) * (B, 1, H, W)
