@@ -1,6 +1,7 @@
 """Inference engine: tiled, thread-safe upscaling of decoded images with shipped or user weights.
 
-Importing it imports both implementations ``Upscaler(...)`` builds (family, auto): each registers itself.
+``Upscaler(model, ...)`` builds the engine kind :data:`~sr.inference.kinds.ENGINE_KINDS` lists for
+``model`` (:class:`AutoEngine` for "auto", :class:`FamilyEngine` for the rest).
 """
 
 from .auto import AutoEngine
@@ -17,6 +18,7 @@ from .engine import (
 )
 from .family import FamilyEngine
 from .heatmap import budget_heatmap
+from .kinds import ENGINE_KINDS, EngineKind, add_engine_kind
 from .model_choice import (
     DEFAULT_DENOISE,
     DEFAULT_LOOK,
@@ -36,6 +38,8 @@ __all__ = [
     "DEFAULT_LOOK",
     "DEFAULT_TILE_OVERLAP",
     "DENOISE_MODELS",
+    "ENGINE_KINDS",
+    "EngineKind",
     "FamilyEngine",
     "LOOK_MODELS",
     "ModelChoice",
@@ -44,6 +48,7 @@ __all__ = [
     "UpscaleError",
     "UpscaleResult",
     "Upscaler",
+    "add_engine_kind",
     "budget_heatmap",
     "choose_passes",
     "list_models",

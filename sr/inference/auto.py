@@ -33,7 +33,7 @@ from .model_choice import (
 from .tiling import ProgressFn, TileFn
 
 
-class AutoEngine(Upscaler, serves=AUTO_MODEL):
+class AutoEngine(Upscaler):
     """:class:`~sr.inference.engine.Upscaler` for ``model="auto"``; ``sides`` holds its two family
     engines by family name (their weights load on first use, as every engine's do)."""
 
@@ -45,7 +45,7 @@ class AutoEngine(Upscaler, serves=AUTO_MODEL):
         found = {family: self._scales_of(family) for family in AUTO_SIDES}
         common = auto_scales(found)
         # the lossless side runs as trained; denoise and look are the lossy side's (sr.families)
-        self.sides: dict[str, FamilyEngine] = {
+        self.sides = {
             AUTO.lossless: FamilyEngine(AUTO.lossless, denoise=None, look=None, scales=common,
                                         **self._settings),
             AUTO.lossy: FamilyEngine(AUTO.lossy, denoise=self.denoise, look=self.look, scales=common,
@@ -77,11 +77,11 @@ class AutoEngine(Upscaler, serves=AUTO_MODEL):
         values = [e.k_max for e in self.sides.values() if e.k_max is not None]
         return max(values) if values else None
 
-    def network(self, scale: int) -> SRNet:
+    def network(self, scale: int, pixels: int | None = None) -> SRNet:
         """The lossless side's."""
         if scale not in self.scales:
             raise UpscaleError(f"{self.name} has no x{scale} model (scales: {self.scales})")
-        return self._lossless.network(scale)
+        return self._lossless.network(scale, pixels)
 
     def load(self, scale: int | None = None) -> None:
         """Both sides'."""
@@ -90,9 +90,6 @@ class AutoEngine(Upscaler, serves=AUTO_MODEL):
 
     def choose(self, source: Source | None = None, img: DecodedImage | None = None) -> ModelChoice:
         return choose(compression_of(source, img), self.denoise, look=self.look)
-
-    def engine_for(self, choice: ModelChoice | None) -> FamilyEngine:
-        return self.sides[choice.model] if choice is not None else self._lossless
 
     def check_look(self, passes: list[int]) -> None:
         """The photo side's refusal (only it blends a look)."""
@@ -110,6 +107,6 @@ class AutoEngine(Upscaler, serves=AUTO_MODEL):
         should_stop: StopCheck | None, quantize: bool, progress: ProgressFn | None,
     ) -> UpscaleResult:
         """On the side the image's own format picks (:meth:`upscale` and :meth:`planned` pick by source)."""
-        return self.engine_for(self.choose(None, img)).run_sized(
+        return self.sides[self.choose(None, img).model].run_sized(
             img, size, alpha_mode, with_budget_map, tta, should_stop, quantize, progress)
 

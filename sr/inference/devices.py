@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -142,15 +145,77 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def configure_threads(threads: int | None) -> int:
-    """Set torch's intra-op threads: the number given, else one per usable CPU (torch's own default
-    counts every core of the machine, which oversubscribes a container limited to fewer)."""
+def resolve_threads(threads: int | None) -> int:
+    """The intra-op thread count an engine runs with: the number given, else one per usable CPU at
+    most (torch's own default counts every core of the machine, which oversubscribes a container
+    limited to fewer). Sets nothing: :func:`torch_settings` applies it around the engine's work."""
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
-    n = threads if threads is not None else min(torch.get_num_threads(), usable_cpus())
+    return threads if threads is not None else min(torch.get_num_threads(), usable_cpus())
+
+
+def configure_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads for the whole process (:func:`resolve_threads`' count): for entry
+    points that own the process, such as benchmarks; engines use :func:`torch_settings` instead."""
+    n = resolve_threads(threads)
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n
+
+
+class _CudnnAutotuneOff:
+    """cuDNN's per-shape autotuning held off while any engine forward runs. The flag is process-wide,
+    so concurrent holders share one hold: the first saves the flag, the last puts it back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._before = False
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._holders == 0:
+                self._before = torch.backends.cudnn.benchmark
+                torch.backends.cudnn.benchmark = False
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0:
+                    torch.backends.cudnn.benchmark = self._before
+
+
+_CUDNN_AUTOTUNE_OFF = _CudnnAutotuneOff()
+
+
+@contextmanager
+def torch_settings(device: torch.device, threads: int) -> Iterator[None]:
+    """Run the body with ``threads`` intra-op threads and, on CUDA, without cuDNN's per-shape
+    autotuning (it times every algorithm for each new input shape: the trainer wants that for its
+    fixed patches, serving does not); then put both back as they were.
+
+    An engine wraps its own loads and forwards in this, so building or running one leaves the
+    process's settings as it found them. torch's OpenMP build keeps the thread count per calling
+    thread, so concurrent calls on threads of their own each run with their engine's count, with
+    one exception: a compiled extension (sr's native attention kernels) starts a thread's count, on
+    that thread's first parallel loop in it, from the count torch last set on any thread. Where
+    engines of different counts run at once, a new thread's first call may run partly with another
+    engine's count; its later calls run with their own."""
+    before = torch.get_num_threads()
+    if before != threads:
+        torch.set_num_threads(threads)
+    try:
+        if device.type == "cuda":
+            with _CUDNN_AUTOTUNE_OFF.held():
+                yield
+        else:
+            yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def available_memory(device: torch.device) -> int:

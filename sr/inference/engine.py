@@ -1,8 +1,9 @@
 """The upscaling engine behind ``sr upscale`` and the HTTP service: what callers use of it.
 
-:class:`Upscaler` is the engine's public surface. ``Upscaler(model, ...)`` builds one of its two
-implementations: a :class:`~sr.inference.family.FamilyEngine` (one model family, or one weights
-file: weights finding, denoise/look blending, loading, tiling, passes), or for ``model="auto"`` an
+:class:`Upscaler` is the engine's public surface. ``Upscaler(model, ...)`` builds the engine kind
+that :data:`sr.inference.kinds.ENGINE_KINDS` lists for ``model``: a
+:class:`~sr.inference.family.FamilyEngine` (one model family, or one weights file: weights finding,
+denoise/look blending, loading, tiling, passes), or for ``model="auto"`` an
 :class:`~sr.inference.auto.AutoEngine`, which composes two family engines through this same surface
 (:mod:`sr.inference.model_choice` says which side an input gets). What both share lives here: the
 size plan (:meth:`Upscaler.plan_size`), the order of an upscale (choose, check, plan, run), and the
@@ -17,12 +18,11 @@ import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import torch
 
-from .. import AUTO_MODEL, DEFAULT_CHOICE
+from .. import DEFAULT_CHOICE
 from .. import weights as sr_weights
 from ..descriptor import ModelDescriptor
 from ..io import DecodedImage
@@ -40,7 +40,6 @@ __all__ = ["ALPHA_MODES", "DEFAULT_TILE_OVERLAP", "MAX_OUTPUT_PIXELS", "MAX_PASS
 
 # ((out_h, out_w), model passes): what Upscaler.plan_size gives.
 SizePlan = tuple[tuple[int, int], list[int]]
-FAMILY = "family"  # what Upscaler(...) builds for any model but "auto": sr.inference.family.FamilyEngine
 
 
 @dataclass
@@ -117,11 +116,16 @@ class Upscaler(ABC):
     on every input before the upscaling passes, tiled the same way; None runs none.
 
     The other arguments are the engine's options, checked once (:func:`sr.inference.options.engine_options`).
+    ``threads`` and the backend flags apply around the engine's own loads and forwards only
+    (:func:`sr.inference.devices.torch_settings`): building or running an engine leaves torch's
+    process-wide settings as they were.
     """
 
-    _implementations: ClassVar[dict[str, type[Upscaler]]] = {}  # by what they serve (__init_subclass__)
     name: str
     scales: list[int]  # the model scales this engine runs, ascending
+    # model="auto": its family engines by family name, the one :meth:`choose` names runs an input;
+    # empty for an engine that runs every input itself
+    sides: dict[str, Upscaler]
     denoise: float | None
     look: float | None
     # the options, as sr.inference.options.EngineOptions resolved them
@@ -139,16 +143,11 @@ class Upscaler(ABC):
 
     def __new__(cls, model: str | Path | ModelDescriptor = DEFAULT_CHOICE, *args: object,
                 **kwargs: object) -> Upscaler:
-        if cls is Upscaler:  # Upscaler(...) builds the implementation the model needs
-            cls = Upscaler._implementations[AUTO_MODEL if model == AUTO_MODEL else FAMILY]
-        return super().__new__(cls)
+        if cls is Upscaler:  # Upscaler(...) builds the kind sr.inference.kinds lists for the model
+            from .kinds import engine_class  # imported here: kinds imports the engines, which import us
 
-    def __init_subclass__(cls, serves: str | None = None, **kwargs: object) -> None:
-        """``class FamilyEngine(Upscaler, serves=FAMILY)`` registers what ``Upscaler(...)`` builds for
-        those models, on import (sr.inference imports both): this module imports neither."""
-        super().__init_subclass__(**kwargs)
-        if serves is not None:
-            Upscaler._implementations[serves] = cls
+            cls = engine_class(model)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -177,6 +176,7 @@ class Upscaler(ABC):
                                  tile_batch, shape_bucket, precision)
         for f in dataclasses.fields(options):
             setattr(self, f.name, getattr(options, f.name))
+        self.sides = {}
         # the settings as given (auto builds its sides with them: each checks them as any engine does)
         self._settings: dict[str, object] = dict(
             device=str(self.device), tile=tile, tile_overlap=tile_overlap, weights_dir=weights_dir,
@@ -203,9 +203,10 @@ class Upscaler(ABC):
         when no model of this engine has adaptive attention."""
 
     @abstractmethod
-    def network(self, scale: int) -> SRNet:
-        """The network for ``scale`` as the engine runs it (device, dtype, memory format, attention
-        path), loaded on first use; for benchmarks that time it against other networks."""
+    def network(self, scale: int, pixels: int | None = None) -> SRNet:
+        """The network for ``scale`` as the engine runs it on an input of ``pixels`` (None: a large
+        one; the dtype may depend on the size, :meth:`dtype_for`), with its device, memory format and
+        attention path, loaded on first use; for benchmarks that time it against other networks."""
 
     @abstractmethod
     def load(self, scale: int | None = None) -> None:
@@ -215,10 +216,6 @@ class Upscaler(ABC):
     def choose(self, source: Source | None = None, img: DecodedImage | None = None) -> ModelChoice | None:
         """With model="auto": the family an input gets, from ``source`` (its file path or bytes, or a
         :class:`~sr.lossy.Compression`), else from the decoded ``img``'s format. None otherwise."""
-
-    @abstractmethod
-    def engine_for(self, choice: ModelChoice | None) -> Upscaler:
-        """The engine that runs an input given ``choice`` (:meth:`choose`'s answer): a family's is itself."""
 
     @abstractmethod
     def check_look(self, passes: list[int]) -> None:
@@ -274,7 +271,7 @@ class Upscaler(ABC):
         """auto's choice and the size plan of ``request`` for h x w inputs, made once (a clip's
         frames): calling the result upscales each such image as :meth:`run` would."""
         choice = self.choose(source, img)
-        engine = self.engine_for(choice)
+        engine = self if choice is None else self.sides[choice.model]
         size = engine.plan_size(h, w, request.scale, request.outscale, request.width, request.height)
         return PlannedUpscale(engine, (h, w), size, request, choice)
 
@@ -319,7 +316,7 @@ class Upscaler(ABC):
         from 0 again).
         """
         choice = self.choose(source, img)
-        engine = self.engine_for(choice)
+        engine = self if choice is None else self.sides[choice.model]
         h, w = check_input(img, tta, quantize, alpha_mode)
         size = engine.plan_size(h, w, scale, outscale, width, height)
         result = engine.run_sized(img, size, alpha_mode, with_budget_map, tta, should_stop, quantize,

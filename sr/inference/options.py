@@ -15,14 +15,14 @@ import torch
 from .. import weights as sr_weights
 from ..models import ATTENTION_PATHS
 from ..request import parse_tile
-from .devices import DeviceError, configure_threads, resolve_device
+from .devices import DeviceError, resolve_device, resolve_threads
 from .errors import UpscaleError
 from .precision import PrecisionError, parse_precision, resolve_dtype
 from .tiling import min_tile
 
-# GPU hygiene (issue 27): on CUDA the engine runs several tiles per forward and pads every forward's
-# input up to a multiple of SHAPE_BUCKET pixels, so shapes repeat across images (each new shape costs
-# kernel selection, and the tiered path's host syncs are gone with the static path). On CPU the
+# On CUDA the engine runs several tiles per forward and pads every forward's input up to a multiple of
+# SHAPE_BUCKET pixels, so shapes repeat across images: each new shape costs kernel selection, and the
+# static attention path it runs there has none of the tiered path's host syncs. On CPU the
 # tiered path with exact tile shapes measured fastest (`sr bench paths`: static 0.79x tiered).
 SHAPE_BUCKET = {"cuda": 64}
 TILE_BATCH = {"cuda": 8}
@@ -78,8 +78,9 @@ def engine_options(
     threads: int | None, attention_path: str, compile: bool, tile_batch: int | None,
     shape_bucket: int | None, precision: str,
 ) -> EngineOptions:
-    """The checked options (UpscaleError saying which value is wrong). Sets torch's thread count,
-    and on CUDA turns cuDNN's per-shape autotuning off, as constructing an engine always has."""
+    """The checked options (UpscaleError saying which value is wrong). Sets nothing in torch: the
+    engine applies its thread count and backend flags around its own work
+    (:func:`~sr.inference.devices.torch_settings`)."""
     try:
         dev = resolve_device(device)
         precision = parse_precision(precision)
@@ -89,15 +90,11 @@ def engine_options(
     path = _attention_path(attention_path, dev, compile)
     _positive("tile_batch", tile_batch)
     _positive("shape_bucket", shape_bucket)
-    if dev.type == "cuda":
-        # No per-shape autotuning while serving: cuDNN's benchmark mode times every algorithm for
-        # each new input shape (the trainer turns it on for its fixed patches; serving must not).
-        torch.backends.cudnn.benchmark = False
     # channels-last on CPU/CUDA: oneDNN/cuDNN's native conv layout, and the attention's region
     # gathers then copy contiguous per-token vectors (x2 on this CPU: ~27% faster, same output)
     memory_format = torch.channels_last if dev.type in ("cpu", "cuda") else torch.contiguous_format
     try:
-        n_threads = configure_threads(threads)
+        n_threads = resolve_threads(threads)
     except ValueError as e:
         raise UpscaleError(str(e)) from None
     if isinstance(tile_overlap, bool) or not isinstance(tile_overlap, int) or tile_overlap < 0:

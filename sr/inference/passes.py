@@ -10,14 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from ..models import SRNet
 from .ensemble import self_ensemble
-from .errors import StopCheck, UpscaleCancelled
-from .tiling import TileGrid
+from .errors import StopCheck, UpscaleCancelled, UpscaleError
+from .tiling import TileGrid, min_tile
 
 # What runs a network: the net itself, or its torch.compile'd wrapper; (x) or (x, aux).
 Forward = Callable[..., torch.Tensor]
@@ -44,6 +45,30 @@ class Loaded:
 def is_oom(e: BaseException) -> bool:
     oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
     return isinstance(e, oom) or (isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
+
+
+R = TypeVar("R")
+
+
+def halving_tile_on_oom(
+    attempt: Callable[[int | None], R], tile: int | None, longest: int, overlap: int, align: int,
+    device: torch.device,
+) -> R:
+    """``attempt(tile)``; where a GPU runs out of memory, the whole attempt again with half the tile
+    (aligned; None, the whole input of ``longest`` side, halves too) until it fits, and UpscaleError
+    once the tile would be smaller than ``overlap`` allows. Other errors, and any on a CPU, propagate."""
+    while True:
+        try:
+            return attempt(tile)
+        except (RuntimeError, MemoryError) as e:
+            if device.type not in ("cuda", "mps") or not is_oom(e):
+                raise
+            if device.type == "cuda" and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()  # give the failed attempt's blocks back before retrying
+            smaller = (tile or longest) // 2 // align * align
+            if smaller < min_tile(overlap, align):
+                raise UpscaleError(f"out of {device.type} memory even with tile {tile}") from None
+            tile = smaller
 
 
 def nearest_resize(a: np.ndarray, out_h: int, out_w: int) -> np.ndarray:

@@ -74,9 +74,8 @@ def test_engine_uses_a_variant_registered_by_a_test_module(variant_x2):
     res = up.upscale(DecodedImage(texture(37, 41)), with_budget_map=True)
     assert res.image.pixels.shape == (74, 82, 3)
     assert float(res.budget_map.min()) == float(res.budget_map.max()) == 5.0
-    loaded = up._get(2)
-    assert [type(m) for m in loaded.net.modules() if isinstance(m, AttentionBranch)] == [RegionMean]
-    assert loaded.align == 6  # stride 2 x region 3, as the variant states it
+    assert [type(m) for m in up.network(2).modules() if isinstance(m, AttentionBranch)] == [RegionMean]
+    assert up.tile_runner(2)[1] == 6  # tiles align to stride 2 x region 3, as the variant states it
 
 
 def test_the_variants_alignment_makes_tiles_match_the_whole_image(variant_x2):

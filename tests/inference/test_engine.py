@@ -68,34 +68,57 @@ def test_devices_and_dtype(tiny_x2):
             Upscaler(tiny_x2, device="mps")
     up = Upscaler(tiny_x2, device="cpu", threads=1)
     assert up.dtype == torch.float32  # never half precision on CPU
-    assert torch.get_num_threads() == 1
 
 
-def test_out_of_memory_retries_with_half_the_tile(tiny_x2, monkeypatch):
-    """A GPU that cannot hold tiles over 50 px: the engine halves the tile until it fits."""
-    up = Upscaler(tiny_x2, device="cpu", tile=None, tile_overlap=4, threads=1)
-    up.load()
-    up.device = torch.device("cuda")  # only the OOM policy looks at the device type here
-    seen = []
+def test_out_of_memory_retries_with_half_the_tile():
+    """A GPU that cannot hold tiles over 50 px: the pass runs again with half the tile until it fits."""
+    from sr.inference.passes import halving_tile_on_oom
 
-    def fake_run(loaded, arrs, want_budget, tta=False, should_stop=None):
-        seen.extend(a.shape[:2] for a in arrs)
-        if max(max(a.shape[:2]) for a in arrs) > 50:
+    cuda = torch.device("cuda")  # only the policy looks at the device: nothing runs on it
+    tried = []
+
+    def attempt(tile):
+        tried.append(tile)
+        if (tile or 100) > 50:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return [(np.repeat(np.repeat(a, 2, 0), 2, 1), None) for a in arrs]
+        return f"ran with tile {tile}"
 
-    monkeypatch.setattr(up, "_run_tiles", fake_run)
-    img = texture(100, 90)
-    out = up.upscale(DecodedImage(img)).image.pixels
-    np.testing.assert_allclose(out, np.repeat(np.repeat(img, 2, 0), 2, 1), atol=1e-6)
-    assert seen[0] == (100, 90) and max(max(s) for s in seen[1:]) <= 48
+    assert halving_tile_on_oom(attempt, None, 100, overlap=4, align=8, device=cuda) == "ran with tile 48"
+    assert tried == [None, 48]  # the whole input first, then half of its side, aligned down
+    tried.clear()
+    assert halving_tile_on_oom(attempt, 256, 1000, overlap=4, align=8, device=cuda) == "ran with tile 32"
+    assert tried == [256, 128, 64, 32]
 
-    def never_fits(loaded, arrs, want_budget, tta=False, should_stop=None):
+    def never_fits(tile):
         raise torch.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(up, "_run_tiles", never_fits)
-    with pytest.raises(UpscaleError, match="out of cuda memory"):
-        up.upscale(DecodedImage(img))
+    with pytest.raises(UpscaleError, match="out of cuda memory even with tile"):
+        halving_tile_on_oom(never_fits, None, 100, overlap=4, align=8, device=cuda)
+    with pytest.raises(torch.OutOfMemoryError):  # a CPU's memory does not grow with smaller tiles
+        halving_tile_on_oom(never_fits, None, 100, overlap=4, align=8, device=torch.device("cpu"))
+
+    def broken(tile):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):  # only running out of memory is retried
+        halving_tile_on_oom(broken, None, 100, overlap=4, align=8, device=cuda)
+
+
+def test_an_out_of_memory_error_on_the_cpu_reaches_the_caller(tiny_x2):
+    up = Upscaler(tiny_x2, device="cpu", tile=None, threads=1)
+    calls = []
+
+    def out_of_memory(module, args):
+        calls.append(args[0].shape)
+        raise torch.OutOfMemoryError("out of memory")
+
+    handle = up.network(2).register_forward_pre_hook(out_of_memory)
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            up.upscale(DecodedImage(texture(40, 30)))
+    finally:
+        handle.remove()
+    assert len(calls) == 1  # no retry with smaller tiles
 
 
 def test_bad_tile_arguments(tiny_x2):
@@ -113,7 +136,7 @@ def test_list_models_reads_metadata(weights_dir):
     m = models["tiny-x3"]
     assert (m["preset"], m["scale"], m["set5_psnr"], m["set14_psnr"]) == ("tiny", 3, 30.5, 28.25)
     assert m["k_max"] == 8 and m["attention"] == "adaptive"
-    assert m["params"] == sum(p.numel() for p in Upscaler(m["path"], device="cpu")._get(3).net.parameters())
+    assert m["params"] == sum(p.numel() for p in Upscaler(m["path"], device="cpu").network(3).parameters())
     assert list_models(weights_dir / "missing") == []
 
 
@@ -205,7 +228,7 @@ def test_tta_averages_the_eight_views_of_each_tile(tiny_x2):
     plain, tta = whole.upscale(img), whole.upscale(img, tta=True, with_budget_map=True)
     assert tta.image.pixels.shape == plain.image.pixels.shape == (26, 20, 3)
     assert tta.budget_map.shape == (26, 20)
-    net = whole._get(2).net
+    net = whole.network(2)
     x = torch.from_numpy(img.pixels.transpose(2, 0, 1).copy())[None]
     with torch.inference_mode():
         expected = self_ensemble(lambda t: (net(t), None), x)[0].clamp(0, 1)[0].permute(1, 2, 0).numpy()
@@ -245,13 +268,15 @@ def test_concurrent_calls_equal_sequential_ones(tiny_x2):
         np.testing.assert_array_equal(a.budget_map, b.budget_map)
 
 
-def test_lazy_loading_is_shared_across_threads(weights_dir):
+def test_lazy_loading_is_shared_across_threads(weights_dir, weight_reads):
+    reads = weight_reads
     up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1)
-    assert up._models == {}  # nothing loaded until used
+    assert reads == []  # no tensors read until used
     img = DecodedImage(texture(6, 6))
     with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(lambda _: up.upscale(img, scale=4), range(8)))
-    assert list(up._models) == [(4, torch.float32)]  # one load, whatever the threads
+        results = list(pool.map(lambda _: up.upscale(img, scale=4), range(8)))
+    assert reads == ["tiny-x4"]  # one load, whatever the threads
+    assert {(r.model, r.precisions) for r in results} == {("tiny-x4", ("fp32",))}
 
 
 # -- cancellation ------------------------------------------------------------------------------
@@ -288,7 +313,7 @@ def test_attention_path_choice_and_errors(tiny_x2):
     assert Upscaler(tiny_x2, device="cpu").attention_path == "tiered"  # measured fastest on CPU
     up = Upscaler(tiny_x2, device="cpu", attention_path="static")
     up.load()
-    assert all(m.static for m in up._get(2).net.modules() if hasattr(m, "static"))
+    assert all(m.static for m in up.network(2).modules() if hasattr(m, "static"))
     assert Upscaler(tiny_x2, device="cpu", compile=True).attention_path == "static"
     with pytest.raises(UpscaleError, match="attention path"):
         Upscaler(tiny_x2, device="cpu", attention_path="fast")
@@ -310,14 +335,7 @@ def test_batched_bucketed_tiles_match_one_tile_at_a_time(tiny_x2):
     one_by_one = Upscaler(tiny_x2, tile_batch=1, **kw)
     gpu_like = Upscaler(tiny_x2, tile_batch=4, **kw)
     shapes = []
-    loaded = gpu_like._get(2)
-    real = loaded.net.forward
-
-    def spy(x, aux=None):
-        shapes.append(tuple(x.shape))
-        return real(x, aux)
-
-    object.__setattr__(loaded, "forward", spy)
+    gpu_like.network(2).register_forward_pre_hook(lambda net, args: shapes.append(tuple(args[0].shape)))
     a = one_by_one.upscale(img, with_budget_map=True)
     b = gpu_like.upscale(img, with_budget_map=True)
     assert b.image.pixels.shape == a.image.pixels.shape == (300, 260, 3)

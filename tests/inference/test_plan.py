@@ -22,22 +22,16 @@ def _image(h: int, w: int) -> DecodedImage:
     (0, 50, 30, UpscaleRequest()),                     # tiling off: one forward
     (64, 40, 60, UpscaleRequest(outscale=4)),          # two x2 passes, the second one tiled
 ])
-def test_plan_counts_the_tiles_the_engine_runs(tiny_x2, monkeypatch, tile, h, w, request_) -> None:
+def test_plan_counts_the_tiles_the_engine_runs(tiny_x2, tile, h, w, request_) -> None:
     up = Upscaler(model=str(tiny_x2), device="cpu", tile=tile, tile_overlap=8, threads=1)
     plan = up.plan(h, w, request_)
-    forwards: list[tuple[int, int]] = []
-    run_tiles = FamilyEngine._run_tiles
-
-    def counting(self, loaded, arrs, *args, **kwargs):
-        forwards.extend(a.shape[:2] for a in arrs)
-        return run_tiles(self, loaded, arrs, *args, **kwargs)
-
-    monkeypatch.setattr(FamilyEngine, "_run_tiles", counting)
+    forwards: list[tuple[int, int]] = []  # (h, w) of every network forward: each tile, each tta view
+    up.network(2).register_forward_pre_hook(lambda net, args: forwards.append(tuple(args[0].shape[-2:])))
     res = up.upscale(_image(h, w), scale=request_.scale, outscale=request_.outscale, tta=request_.tta)
     views = 8 if request_.tta else 1
     assert (res.image.height, res.image.width) == plan.out_size
-    assert plan.tiles == len(forwards) * views
-    assert plan.tiled_pixels == sum(a * b * 4 for a, b in forwards) * views  # tiny is x2: 4 out per in
+    assert plan.tiles == len(forwards)
+    assert plan.tiled_pixels == sum(a * b * 4 for a, b in forwards)  # tiny is x2: 4 out per in
     assert plan.work_pixels == views * sum(h * w * 4**(i + 1) for i in range(len(plan.passes)))
     assert plan.tiles > views or tile == 0
     # each pass's tile side: no forward larger (None when a pass runs whole)
@@ -47,11 +41,13 @@ def test_plan_counts_the_tiles_the_engine_runs(tiny_x2, monkeypatch, tile, h, w,
 
 
 @pytest.mark.parametrize("request_", [UpscaleRequest(), UpscaleRequest(outscale=3, tta=True)])
-def test_plan_loads_nothing_and_equals_the_plan_after_loading(weights_dir, request_) -> None:
+def test_plan_loads_nothing_and_equals_the_plan_after_loading(weights_dir, request_, weight_reads) -> None:
+    reads = weight_reads
     up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, tile=48, tile_overlap=8, threads=1)
     fresh = up.plan(100, 70, request_)
-    assert up._models == {}  # from the descriptors alone: no weights read
+    assert reads == []  # from the descriptors alone: no weights read
     up.load()
+    assert sorted(reads) == ["tiny-x2", "tiny-x3", "tiny-x4"]
     assert up.plan(100, 70, request_) == fresh
 
 

@@ -147,7 +147,7 @@ def test_engine_resolves_per_scale_and_passes_precision_to_its_networks(weights_
 
 
 def test_the_engine_loads_small_inputs_fp32_where_bf16_pays_only_on_large_ones(weights_dir, cpuinfo, record,
-                                                                                monkeypatch):
+                                                                                monkeypatch, weight_reads):
     from sr.request import UpscaleRequest
 
     cpuinfo(EPYC_NO_AMX)
@@ -155,13 +155,16 @@ def test_the_engine_loads_small_inputs_fp32_where_bf16_pays_only_on_large_ones(w
     monkeypatch.setitem(precision.BF16_FROM_PIXELS, "avx512_bf16", 40 * 40)
     up = Upscaler("tiny", device="cpu", weights_dir=weights_dir, threads=1, shipped_dir=weights_dir)
     assert up.dtype_for(2, 39 * 40) == torch.float32 and up.dtype_for(2, 40 * 40) == torch.bfloat16
+    nets = {}
     for side in (16, 48):  # under and over the (here lowered) start of bf16; the upscale loads what runs
-        up.plan(side, side, UpscaleRequest(scale=2))  # planning loads nothing
-        assert up._models.keys() <= {(2, torch.float32)}
-        up._get(2, side * side)  # what a pass on a side x side input loads
-    assert sorted(up._models, key=str) == [(2, torch.bfloat16), (2, torch.float32)]
-    assert up._models[(2, torch.bfloat16)].net.head.weight.dtype == torch.bfloat16
-    assert up._models[(2, torch.float32)].net.head.weight.dtype == torch.float32
+        reads = len(weight_reads)
+        up.plan(side, side, UpscaleRequest(scale=2))
+        assert len(weight_reads) == reads  # planning loads nothing
+        nets[side] = up.network(2, side * side)  # what a pass on a side x side input runs
+    assert weight_reads == ["tiny-x2", "tiny-x2"]  # one network per dtype
+    assert nets[48].head.weight.dtype == torch.bfloat16 and nets[48] is up.network(2)  # a large input's
+    assert nets[16].head.weight.dtype == torch.float32
+    assert up.network(2, 16 * 16) is nets[16]  # loaded once per dtype
     assert up.precision_for(2, 16 * 16)[1].startswith("fp32: input under")
 
 

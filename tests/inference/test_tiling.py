@@ -250,10 +250,7 @@ def test_parse_tile_refuses_the_rest_saying_why(value):
 # -- the auto tile (tile="auto"): pure functions of the network's grid, the device and free memory --
 def _tiny_grid(tiny_x2: Path) -> TileGrid:
     """The grid of the tiny x2 model as its engine sees it, from the descriptor (nothing loaded)."""
-    up = Upscaler(tiny_x2, device="cpu", tile="auto", threads=1)
-    grid = up.tile_grid(2)
-    assert up._models == {}
-    return grid
+    return Upscaler(tiny_x2, device="cpu", tile="auto", threads=1).tile_grid(2)
 
 
 def _auto(grid: TileGrid, h: int, w: int, free: float) -> int | None:
@@ -309,16 +306,19 @@ def test_each_kind_of_cpu_has_its_own_tile_table(monkeypatch):
     assert cpu_tile_cost(torch.bfloat16) is None  # bf16 cannot run there: no table
 
 
-def test_the_engine_asks_free_memory_for_its_auto_tile(tiny_x2, monkeypatch):
+def test_the_engine_asks_free_memory_for_its_auto_tile(tiny_x2, monkeypatch, weight_reads):
     """The engine's wiring of the policy: its auto tile follows what sr.inference.devices reports."""
-    import sr.inference.family as family
+    from sr.inference import devices
+    from sr.request import UpscaleRequest
 
     up = Upscaler(tiny_x2, device="cpu", tile="auto", threads=1)
     grid = up.tile_grid(2)
-    monkeypatch.setattr(family, "available_memory", lambda device: 64 * 2**20)
-    assert up._tile_for(grid, 1000, 300) == _auto(grid, 1000, 300, 64 * 2**20)
-    monkeypatch.setattr(family, "available_memory", lambda device: 64 * 2**30)
-    assert up._tile_for(grid, 100, 80) is None
+    monkeypatch.setattr(devices, "available_memory", lambda device: 64 * 2**20)
+    side = up.plan(1000, 300, UpscaleRequest(scale=2)).tiles_side
+    assert side == (_auto(grid, 1000, 300, 64 * 2**20),) and side[0] is not None
+    monkeypatch.setattr(devices, "available_memory", lambda device: 64 * 2**30)
+    assert up.plan(100, 80, UpscaleRequest(scale=2)).tiles_side == (None,)
+    assert weight_reads == []  # the tile grid and the plans come from the descriptor alone
 
 
 def test_an_outside_model_runs_whole_where_its_memory_estimate_allows() -> None:
