@@ -30,6 +30,6 @@ class BuildPyWithWeights(build_py):
 
 setup(
     packages=find_packages(include=["sr", "sr.*"]),
-    package_data={"sr.service": ["static/*"], "sr.models.attention": ["*.cpp"]},
+    package_data={"sr.service": ["static/*"], "sr.models.attention": ["*.cpp"], "sr.io": ["*.pyi"]},
     cmdclass={"build_py": BuildPyWithWeights},
 )
