@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,9 +45,30 @@ def load_benchmark(name: str) -> ModuleType | None:
     root = find_checkout()
     if root is None:
         return None
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
+    _import_package(root / "benchmarks")
     return importlib.import_module(f"benchmarks.{name}")
+
+
+def _import_package(folder: Path) -> None:
+    """Import ``folder`` as the package ``benchmarks``, so ``benchmarks.<name>`` (and the benchmarks'
+    own imports of each other) resolve inside it. Only that folder is made importable: putting the
+    whole checkout on sys.path would let its other folders shadow installed packages."""
+    loaded = sys.modules.get("benchmarks")
+    if loaded is not None:
+        if folder.resolve() not in {Path(p).resolve() for p in getattr(loaded, "__path__", [])}:
+            raise CLIError(f"another package named benchmarks is already imported ({loaded.__file__}), "
+                           f"not the checkout's {folder}")
+        return
+    spec = importlib.util.spec_from_file_location("benchmarks", folder / "__init__.py",
+                                                  submodule_search_locations=[str(folder)])
+    assert spec is not None and spec.loader is not None  # a .py file always has a spec and a loader
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["benchmarks"] = package
+    try:
+        spec.loader.exec_module(package)
+    except BaseException:
+        del sys.modules["benchmarks"]
+        raise
 
 
 def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str] = ()) -> None:

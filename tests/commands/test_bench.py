@@ -3,12 +3,15 @@ tests/benchmarks)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from sr.cli import main
 from sr.commands import bench
+from sr.errors import CLIError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,6 +20,32 @@ def test_the_benchmarks_come_from_the_checkout_sr_runs_from() -> None:
     assert bench.find_checkout() == REPO
     assert Path(bench.load_benchmark("tooling").__file__) == REPO / "benchmarks" / "tooling.py"
     assert set(bench.BENCHMARKS) <= {p.stem for p in (REPO / "benchmarks").glob("*.py")}
+
+
+def test_the_benchmarks_load_without_adding_the_checkout_to_sys_path(tmp_path) -> None:
+    """Run from elsewhere: only benchmarks/ becomes importable (the checkout's other folders, data/ or
+    research/, must not shadow installed packages), and benchmarks that import each other still do."""
+    code = ("import sys\n"
+            "before = list(sys.path)\n"
+            "from sr.commands import bench\n"
+            "hostile = bench.load_benchmark('soak_hostile')  # imports benchmarks.serve itself\n"
+            "print(sys.path == before, hostile.__file__, sys.modules['benchmarks.serve'].__file__)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          check=True)
+    assert proc.stdout.split() == ["True", str(REPO / "benchmarks" / "soak_hostile.py"),
+                                   str(REPO / "benchmarks" / "serve.py")]
+
+
+def test_another_package_named_benchmarks_is_a_clear_error(monkeypatch, tmp_path) -> None:
+    other = tmp_path / "benchmarks"
+    other.mkdir()
+    (other / "__init__.py").write_text("")
+    fake = type(sys)("benchmarks")
+    fake.__path__ = [str(other)]
+    fake.__file__ = str(other / "__init__.py")
+    monkeypatch.setitem(sys.modules, "benchmarks", fake)
+    with pytest.raises(CLIError, match="another package named benchmarks is already imported"):
+        bench.load_benchmark("tooling")
 
 
 def test_installed_without_the_benchmarks_it_says_how_to_get_them(monkeypatch, capsys) -> None:
