@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from ..descriptor import ModelDescriptor
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-# The most valid Y-PSNR a model may lose in bf16 for auto to pick it on a CPU (issue 43).
+# The most valid Y-PSNR a model may lose in bf16 for auto to pick it on a CPU: auto is the default, so
+# its speed-up must leave the scores as fp32 gives them; a model whose measured loss is larger stays
+# fp32 (docs/inference.md, "Which models").
 MAX_BF16_COST_DB = 0.01
 # fp32 minus bf16 Y-PSNR (dB) per shipped weights file: the worst of valid (33 held-out images),
 # Set5 and Set14, from (D = ../shared/datasets)
