@@ -4,7 +4,7 @@
 variables, tests their own; without settings it reads the ``SR_*`` variables, which makes it the
 factory of ``uvicorn --factory sr.service.app:create_app``. The routes live in
 :mod:`sr.service.routes` (one module per concern), their dependencies in :mod:`sr.service.deps`,
-the domain in :mod:`sr.service.core` (:class:`~sr.service.core.Service`) and its pipeline; each
+the domain in :mod:`sr.service.core` (:class:`~sr.service.core.Service`) and the modules it uses; each
 domain error's HTTP answer is one table, :mod:`sr.service.routes.errors`.
 
 Status codes (errors are JSON ``{"detail": "..."}``):

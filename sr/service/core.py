@@ -1,9 +1,14 @@
-"""The service's domain core: one :class:`Service` per app, built by :func:`build_service`.
+"""The service's domain: one :class:`Service` per app, built by :func:`build_service`. A route calls one
+of its methods per request and sends back the :class:`~sr.service.answer.Answer` it returns.
 
-A request is admitted once, after the header probe (the engine's plan of its work, against the
-server's limits and time limit), and planned again only when the decoded size differs from the
-probed one (an orientation the header read missed). Refusals are domain errors; the routes never
-see a try/except ladder (their HTTP answers: :mod:`sr.service.routes.errors`).
+An upscale, as ``sr upscale`` does it (:meth:`Service.upscale`): the form -> one
+:class:`sr.request.UpscaleRequest` (:mod:`sr.service.form`) -> its engine (:mod:`sr.service.hub`) ->
+the upload's bytes (:mod:`sr.service.upload`) -> admitted once, after the header probe (the engine's
+plan of its work, against the server's limits and time limit: :mod:`sr.service.planning`) -> run
+in a worker of the job pool (:mod:`sr.service.running`, planned again only when the decoded size
+differs from the probed one) -> the answer and its headers (:mod:`sr.service.answer`). Refusals are
+domain errors (:mod:`sr.service.errors` and the modules' own); their HTTP answers are one table,
+:mod:`sr.service.routes.errors`.
 """
 
 from __future__ import annotations
@@ -14,25 +19,27 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sr.io import DecodedImage, ImageDecodeError
+from sr.io import DecodedImage
 from sr.request import UpscaleRequest
 
-from .errors import upload_error
+from .answer import NO_SNIFF_NO_STORE, Answer, result_headers
+from .budget_maps import BudgetMapStore
+from .form import UpscaleForm, form_request
+from .formats import mime_types
 from .hub import ModelHub
 from .intake import AdmissionState, Intake
 from .jobs import ClientGoneError, JobPool
-from .pipeline import BudgetMapStore, JobRequest, JobResult, WorkLimitError, plan_work, run_job
+from .planning import Planner, plan_work
+from .running import JobLimits, JobResult, UpscaleJob, run_job
 from .sandbox import Limits, Sandbox
 from .settings import Settings
+from .upload import Upload, decode_errors_of, read_upload
 from .work_model import Work
 
 if TYPE_CHECKING:  # annotations only
-    from collections.abc import Iterator
-
     from sr.inference import Upscaler
 
 log = logging.getLogger("sr.service")
@@ -41,15 +48,17 @@ log = logging.getLogger("sr.service")
 # for asa-base x2 on 2 idle cores) and a strip of thin tiles (mostly per-forward cost, ~0.15 s).
 CALIBRATION_SQUARE = 128
 CALIBRATION_STRIP = 2048
+MIME = mime_types()
 
 
-@contextmanager
-def decode_errors_of(data: bytes) -> Iterator[None]:
-    """A decode failure of ``data`` as the client should hear it (:func:`upload_error`)."""
-    try:
-        yield
-    except ImageDecodeError as e:
-        raise upload_error(e, data) from None
+@dataclass(frozen=True)
+class UpscaleCall:
+    """One POST /v1/upscale as the domain gets it: the form's values, the uploaded file (not read
+    yet), and how to tell that the client went away."""
+
+    form: UpscaleForm
+    upload: Upload
+    disconnected: Callable[[], Awaitable[bool]]
 
 
 @dataclass
@@ -57,83 +66,39 @@ class Service:
     settings: Settings
     hub: ModelHub
     pool: JobPool
+    planner: Planner      # the job pool's predictions, against the limits and the time limit
     budget_maps: BudgetMapStore
     intake: Intake        # header reads and pre-checks, sandboxed, on a small and a large lane
     decoder: Sandbox      # decodes, sandboxed, one process per job worker
     admission: AdmissionState
 
-    def job(self, data: bytes, family: str, asked: UpscaleRequest, keep_budget_map: bool) -> JobRequest:
-        """An upload's job for ``asked``, under this server's limits."""
-        s = self.settings
-        catalog = self.hub.catalog
-        k_max = catalog.budget_k_max(family) if asked.budget_map or keep_budget_map else None
-        return JobRequest(data=data, request=asked, max_pixels=s.max_pixels, budget_k_max=k_max,
-                          keep_budget_map=keep_budget_map, max_output_pixels=s.max_output_pixels,
-                          max_work_pixels=s.max_work_pixels, cost=catalog.cost(family, asked.pre),
-                          teaches=catalog.calibrated(family, asked.pre))
-
-    async def admit(self, engine: Upscaler, job: JobRequest) -> Work:
-        """The job's predicted work, or the domain error that refuses it before any work: the header
-        gives the size (read in the sandbox, on the intake lane of the upload's size), the engine's
-        plan the output, passes and predicted time."""
-        with decode_errors_of(job.data):
-            probe = await self.intake.probe(job.data, self.settings.max_pixels)
-        job.planned_size = (probe.width, probe.height)
-        return self.planned_work(engine, job, probe.width, probe.height)
-
-    def planned_work(self, engine: Upscaler, job: JobRequest, width: int, height: int) -> Work:
-        """The job's work on a width x height input, refused over the limits or the time limit."""
-        (out_w, out_h), work = plan_work(engine, width, height, job)
-        self.check_time(work, (out_w, out_h), job.request.tta)
-        return work
-
-    def check_time(self, work: Work, out: tuple[int, int], tta: bool) -> None:
-        """:class:`WorkLimitError` for a job that cannot finish within the time limit: it would hold
-        a worker for the whole limit, then time out."""
-        settings = self.settings
-        predicted = self.pool.estimate(work)
-        if predicted > settings.timeout_s:
-            raise WorkLimitError(
-                f"{out[0]}x{out[1]} output{' with tta' if tta else ''} needs about {predicted:.0f} s of work "
-                f"at this server's measured rate ({work.forwards} network forwards, {work.tiled_mp:.1f} MP),"
-                f" over its time limit of {settings.timeout_s:g} s (SR_TIMEOUT_S); ask for a smaller output"
-                + (" or turn tta off" if tta else ""))
-
-    async def run(self, engine: Upscaler, job: JobRequest, work: Work,
-                  disconnected: Callable[[], Awaitable[bool]]) -> JobResult | None:
-        """The admitted job's result from a worker (decoded in the sandbox), or None when the client
-        went away (the job is then cancelled); the job pool's, sandbox's or job's errors as raised."""
-        job.decode = self.decode(engine, job)
-        try:
-            with decode_errors_of(job.data):
-                # a models-folder model's work is the descriptor's estimate: its time would teach the
-                # work model, calibrated on the default model, a load that is not the machine's
-                return await self.pool.run(run_job, engine, job, timeout=self.settings.timeout_s, work=work,
-                                           stop=job.stop, disconnected=disconnected,
-                                           learn=job.teaches, network_seconds=JobResult.network_seconds)
-        except ClientGoneError:
-            log.info("client gone: job cancelled")
+    async def upscale(self, call: UpscaleCall) -> Answer | None:
+        """The upscaled image (or its budget map), or None when the client went away (its job is
+        then cancelled); the domain error that refuses it, in this order: the form, the engine (a
+        scale it lacks, before the upload is read, as the CLI checks it), the upload, the plan of
+        its work, the job pool, the decode and the engine's run."""
+        start = time.perf_counter()
+        family, asked = form_request(self.hub.catalog, call.form)
+        engine = self.hub.engine_for(family, asked)
+        data = await read_upload(call.upload, self.settings.max_upload_bytes)
+        job = self._job(data, family, asked, call.form.keep_budget_map)
+        work = await self._admit(engine, job)
+        result = await self._run(engine, job, work, call.disconnected)
+        if result is None:
             return None
+        headers = result_headers(result, job, call.upload.filename, (time.perf_counter() - start) * 1e3)
+        if result.budget_levels is not None:
+            map_id = self.budget_maps.put(result.budget_levels, job.budget_k_max)
+            if map_id is not None:
+                headers["X-Budget-Map-Id"] = map_id
+        return Answer(result.body, MIME[result.fmt], headers)
 
-    def decode(self, engine: Upscaler, job: JobRequest) -> Callable[..., DecodedImage]:
-        """The job's decode: in the sandbox; the work is planned again only when the decoded size
-        differs from the admitted one (an orientation the header read missed cannot buy a job past
-        the time limit)."""
-        def decode(data: bytes, max_pixels: int | None) -> DecodedImage:
-            img = self.decoder.decode(data, max_pixels=max_pixels, wall_s=self.settings.timeout_s,
-                                      should_stop=job.should_stop)
-            if (img.width, img.height) != job.planned_size:
-                self.planned_work(engine, job, img.width, img.height)
-            return img
-
-        return decode
-
-    async def preview(self, data: bytes,
-                      disconnected: Callable[[], Awaitable[bool]]) -> tuple[bytes, int, int] | None:
-        """(PNG of the decoded upload, its width, height), the error that refuses it, or None when
-        the client went away. Decoded and encoded in the sandbox: a 16-bit 4096^2 RGBA upload never
-        becomes float pixels in the server's own memory (row G: +1 GB), only a PNG."""
+    async def preview(self, upload: Upload, disconnected: Callable[[], Awaitable[bool]]) -> Answer | None:
+        """The decoded upload as an 8-bit PNG, the error that refuses it, or None when the client
+        went away. Decoded and encoded in the sandbox: a 16-bit 4096^2 RGBA upload never becomes
+        float pixels in the server's own memory (row G: +1 GB), only a PNG."""
         settings = self.settings
+        data = await read_upload(upload, settings.max_upload_bytes)
         stop = threading.Event()
         try:
             with decode_errors_of(data):
@@ -145,7 +110,41 @@ class Service:
                                            disconnected=disconnected, learn=False)
         except ClientGoneError:
             return None
-        return body, probe.width, probe.height
+        return Answer(body, "image/png",
+                      {"X-Image-Size": f"{probe.width}x{probe.height}", **NO_SNIFF_NO_STORE})
+
+    def _job(self, data: bytes, family: str, asked: UpscaleRequest, keep_budget_map: bool) -> UpscaleJob:
+        """An upload's job for ``asked``, under this server's limits."""
+        catalog = self.hub.catalog
+        k_max = catalog.budget_k_max(family) if asked.budget_map or keep_budget_map else None
+        return UpscaleJob(data=data, request=asked, limits=JobLimits.of(self.settings), budget_k_max=k_max,
+                          keep_budget_map=keep_budget_map, cost=catalog.cost(family, asked.pre),
+                          teaches=catalog.calibrated(family, asked.pre))
+
+    async def _admit(self, engine: Upscaler, job: UpscaleJob) -> Work:
+        """The job's predicted work, or the domain error that refuses it before any work: the header
+        gives the size (read in the sandbox, on the intake lane of the upload's size), the engine's
+        plan the output, passes and predicted time."""
+        with decode_errors_of(job.data):
+            probe = await self.intake.probe(job.data, self.settings.max_pixels)
+        job.planned_size = (probe.width, probe.height)
+        return self.planner.plan(engine, job, probe.width, probe.height)
+
+    async def _run(self, engine: Upscaler, job: UpscaleJob, work: Work,
+                   disconnected: Callable[[], Awaitable[bool]]) -> JobResult | None:
+        """The admitted job's result from a worker (decoded in the sandbox), or None when the client
+        went away (the job is then cancelled); the job pool's, sandbox's or job's errors as raised."""
+        try:
+            with decode_errors_of(job.data):
+                # a models-folder model's work is the descriptor's estimate: its time would teach the
+                # work model, calibrated on the default model, a load that is not the machine's
+                return await self.pool.run(run_job, engine, job, self.decoder, self.planner,
+                                           timeout=self.settings.timeout_s, work=work, stop=job.stop,
+                                           disconnected=disconnected, learn=job.teaches,
+                                           network_seconds=JobResult.network_seconds)
+        except ClientGoneError:
+            log.info("client gone: job cancelled")
+            return None
 
     def calibrate(self, engine: Upscaler) -> None:
         """The work model's rates on this machine, for this model: time two upscales."""
@@ -156,7 +155,8 @@ class Service:
         timed = []
         for h, w in ((CALIBRATION_SQUARE, CALIBRATION_SQUARE), (1, CALIBRATION_STRIP)):
             sample = DecodedImage(pixels=rng.random((h, w, 3), dtype=np.float32), format="PNG", mode="RGB")
-            job = JobRequest(data=b"", request=UpscaleRequest(scale=scale), max_pixels=h * w)
+            job = UpscaleJob(data=b"", request=UpscaleRequest(scale=scale),
+                             limits=JobLimits(max_pixels=h * w))
             _, work = plan_work(engine, w, h, job)
             start = time.perf_counter()
             engine.upscale(sample, scale=scale)
@@ -174,7 +174,6 @@ class Service:
         calibration waits for them, since their start would slow its timings."""
         self.intake.start()
         self.decoder.start()
-
         threading.Thread(target=self._load, name="sr-load", daemon=True).start()
 
     def _load(self) -> None:
@@ -200,8 +199,9 @@ class Service:
 def build_service(settings: Settings, admission: AdmissionState) -> Service:
     """The service for ``settings`` (nothing started: :meth:`Service.start`)."""
     memory = settings.sandbox_memory_mb * 2**20
-    return Service(settings=settings, hub=ModelHub(settings),
-                   pool=JobPool(settings.workers, settings.max_queue), budget_maps=BudgetMapStore(),
+    pool = JobPool(settings.workers, settings.max_queue)
+    return Service(settings=settings, hub=ModelHub(settings), pool=pool,
+                   planner=Planner(pool.model, settings.timeout_s), budget_maps=BudgetMapStore(),
                    intake=Intake(memory, settings.probe_cpu_s, settings.probe_wall_s),
                    decoder=Sandbox(settings.workers, name="decoder",
                                    limits=Limits(memory, settings.decode_cpu_s, settings.timeout_s)),

@@ -4,7 +4,8 @@ The HTTP answer of each (status code, detail, headers) is one table in
 :mod:`sr.service.routes.errors`, registered once by :func:`sr.service.app.create_app`. The errors the
 domain raises besides these are its libraries' own: :class:`sr.io.ImageError` and its kinds,
 :class:`sr.inference.UpscaleError`, the job pool's (:mod:`sr.service.jobs`), the sandbox's
-(:mod:`sr.service.sandbox`) and :class:`sr.service.pipeline.WorkLimitError`.
+(:mod:`sr.service.sandbox`), and the job's own: :class:`sr.service.planning.WorkLimitError`,
+:class:`sr.service.running.NoBudgetMapError`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,19 @@ class ModelNotReadyError(RuntimeError):
 
 class ApiKeyError(PermissionError):
     """The X-API-Key header is missing or wrong (only when the server has a key)."""
+
+
+class EmptyUploadError(ValueError):
+    """The uploaded file has no bytes."""
+
+
+class UploadSizeError(ValueError):
+    """The uploaded file is over the byte limit (counted once read; the body guard refuses most
+    before: :mod:`sr.service.limits`)."""
+
+
+class ModelFileUploadError(ValueError):
+    """The upload is a model file (pickle, zip, safetensors): never accepted from a client."""
 
 
 class CorruptImageError(ImageDecodeError):

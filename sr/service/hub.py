@@ -68,10 +68,10 @@ class ModelHub:
 
     def engine_for(self, family: str, request: UpscaleRequest) -> Upscaler:
         """The family's engine at the request's denoise strength, look and pre model;
-        :class:`InvalidRequestError` past the models' memory cap, the engine's :class:`UpscaleError`
-        for a scale it (or, with a look, photo-natural) lacks (its words, as ``sr upscale`` says
-        them), :class:`ModelUnavailableError` when a listed model's file is unusable (the server's
-        fault, not the client's)."""
+        :class:`InvalidRequestError` past the models' memory cap, the engine's
+        :class:`~sr.inference.UpscaleError` for a scale it (or, with a look, photo-natural) lacks (its
+        words, as ``sr upscale`` says them), :class:`ModelUnavailableError` when a listed model's file
+        is unusable (the server's fault, not the client's)."""
         from sr.inference import UpscaleError
 
         try:

@@ -51,7 +51,7 @@ TRIM_EVERY_JOBS = 256
 DISCONNECT_POLL_S = 0.25
 # The address of the client whose request this task serves: set by service.intake.UploadAdmission
 # for each upload, read by the intake lanes and the job pool, which serve addresses in turn. A
-# context variable, so that the layers between (routes, pipeline) need not pass it along.
+# context variable, so that the layers between (routes, the domain) need not pass it along.
 CURRENT_CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("sr_client", default="")
 
 

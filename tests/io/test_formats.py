@@ -41,7 +41,7 @@ def test_every_format_list_is_derived_from_the_formats_table():
     from sr.batch.jobs import same_format
     from sr.commands.upscale import format_choices
     from sr.io import FORMATS, listed_suffixes, read_formats, read_suffixes
-    from sr.service.pipeline import mime_types, output_format, request_formats
+    from sr.service.formats import mime_types, output_format, request_formats
 
     assert read_formats() == ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF", "PPM", "AVIF")
     assert tuple(f.name for f in FORMATS.values() if f.writable) == ("png", "jpeg", "webp")
@@ -64,7 +64,7 @@ def test_every_format_list_is_derived_from_the_formats_table():
 def test_a_new_format_is_one_row(tmp_path, monkeypatch):
     """One row added to FORMATS reaches the readers, the writers, the CLI and the dataset listings."""
     import sr.io
-    import sr.service.pipeline
+    import sr.service.formats
     from sr.batch.jobs import collect_inputs, same_format
     from sr.cli import build_parser
     from sr.data.patches import find_images
@@ -83,7 +83,7 @@ def test_a_new_format_is_one_row(tmp_path, monkeypatch):
     assert same_format(tmp_path / "a.tga") == "tga"
     args = build_parser("upscale").parse_args(["upscale", "x.png", "-o", "out", "-f", "tga"])
     assert args.format == "tga"
-    assert sr.service.pipeline.request_formats()[-2:] == ("tga", "same")
-    assert sr.service.pipeline.mime_types()["tga"] == "image/x-tga"
-    assert sr.service.pipeline.output_format("same", "TGA") == "tga"
+    assert sr.service.formats.request_formats()[-2:] == ("tga", "same")
+    assert sr.service.formats.mime_types()["tga"] == "image/x-tga"
+    assert sr.service.formats.output_format("same", "TGA") == "tga"
     assert sr.io.looks_like_image((tmp_path / "a.tga").read_bytes())

@@ -71,12 +71,12 @@ class JobGate:
         self.started, self.release = threading.Event(), threading.Event()
         self.real, self.request_changes = real, request_changes
 
-    def __call__(self, engine, job):
+    def __call__(self, engine, job, *rest):
         self.started.set()
         self.release.wait(20)
         if self.request_changes:
             job = dataclasses.replace(job, request=dataclasses.replace(job.request, **self.request_changes))
-        return self.real(engine, job)
+        return self.real(engine, job, *rest)
 
 
 @pytest.fixture

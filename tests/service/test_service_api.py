@@ -18,7 +18,7 @@ from PIL import Image
 
 import sr.service.core as service_core
 from sr.descriptor import family_of
-from sr.service.pipeline import download_name
+from sr.service.answer import download_name
 
 
 def _post(client, data: bytes, name: str = "photo.png", **fields):
@@ -281,7 +281,7 @@ def test_503_while_the_model_is_loading(make_client, make_image, monkeypatch) ->
 
 def test_unexpected_engine_error_is_a_json_500_and_the_server_keeps_serving(make_client, make_image,
                                                                              monkeypatch) -> None:
-    def broken(engine, job):
+    def broken(*args):
         raise RuntimeError("boom")
 
     client = make_client()

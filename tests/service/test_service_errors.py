@@ -28,8 +28,9 @@ from sr.service.errors import (
     upload_error,
 )
 from sr.service.jobs import JobStopped, JobTimeoutError, QueueFullError
-from sr.service.pipeline import NoBudgetMapError, WorkLimitError
+from sr.service.planning import WorkLimitError
 from sr.service.routes.errors import Answer, answer_domain_error, answer_for
+from sr.service.running import NoBudgetMapError
 from sr.service.sandbox import SandboxError, SandboxLimitError
 
 PNG_HEAD = b"\x89PNG\r\n\x1a\n" + b"\0" * 8

@@ -1,4 +1,4 @@
-"""Issue 30: bounded work per request, cancelled jobs, honest Retry-After, protocol details, offline docs."""
+"""Bounded work per request, cancelled jobs, honest Retry-After, protocol details, offline docs."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ class _Recorder:
         self.calls = 0
         self.real = service_core.run_job
 
-    def __call__(self, engine, job):
+    def __call__(self, engine, job, *rest):
         self.calls += 1
-        return self.real(engine, job)
+        return self.real(engine, job, *rest)
 
 
 # --- 1. bounded output and work ----------------------------------------------------------------
@@ -96,13 +96,15 @@ def test_a_late_orientation_is_refused_on_the_turned_size_before_any_work(make_c
 def _count_plans(monkeypatch) -> list[tuple[int, int]]:
     """The (width, height) of every plan_work of the service's requests, from now on."""
     calls: list[tuple[int, int]] = []
-    real = service_core.plan_work
+    import sr.service.planning as planning
+
+    real = planning.plan_work
 
     def counting(engine, width, height, req):
         calls.append((width, height))
         return real(engine, width, height, req)
 
-    monkeypatch.setattr(service_core, "plan_work", counting)
+    monkeypatch.setattr(planning, "plan_work", counting)
     return calls
 
 
@@ -249,7 +251,7 @@ def test_retry_after_counts_the_queued_work(make_client, make_image, gate_jobs) 
         r = _post(client, png, **LONG_JOB)
         assert r.status_code == 503
         # When the running job (~2.7 s predicted) ends and frees a slot, not the whole queue's drain
-        # (issue 54, row F: the drain over-stated the real wait 10-15x).
+        # (a soak's row F: the drain over-stated the real wait 10-15x).
         assert 1 <= int(r.headers["retry-after"]) <= 3, r.headers["retry-after"]
         small = _post(client, make_image(24, 20))
         assert small.status_code == 503 and int(small.headers["retry-after"]) >= 1  # the same queue ahead
@@ -358,7 +360,7 @@ def test_stalled_upload_gets_408_and_a_slow_steady_one_passes(make_server, make_
 
 
 def test_connection_stalled_inside_its_headers_gets_408_and_is_closed(make_server) -> None:
-    # Issue 45: the body guard starts only after the head; a partial head used to stay open for good.
+    # The body guard starts only after the head; a partial head used to stay open for good.
     base = make_server(header_timeout_s=0.6)
     sock = _connect(base)
     sock.sendall(b"POST /v1/upscale HTTP/1.1\r\nHost: test\r\nContent-Ty")  # then nothing

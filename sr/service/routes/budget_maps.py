@@ -9,9 +9,10 @@ from fastapi import APIRouter, HTTPException
 from fastapi import Path as UrlPath
 from fastapi.responses import Response
 
+from ..answer import NO_SNIFF_NO_STORE
+from ..budget_maps import levels_png
 from ..deps import ServiceDep
-from ..pipeline import levels_png
-from .responses import ERRORS, NO_SNIFF_NO_STORE
+from .responses import ERRORS
 
 router = APIRouter()
 

@@ -32,13 +32,17 @@ from ..catalog import UnknownModelError
 from ..errors import (
     ApiKeyError,
     CorruptImageError,
+    EmptyUploadError,
     InvalidRequestError,
+    ModelFileUploadError,
     ModelNotReadyError,
     ModelUnavailableError,
+    UploadSizeError,
 )
 from ..jobs import JobTimeoutError, QueueFullError
 from ..limits import BodyError
-from ..pipeline import NoBudgetMapError, WorkLimitError
+from ..planning import WorkLimitError
+from ..running import NoBudgetMapError
 from ..sandbox import SandboxError, SandboxLimitError
 
 
@@ -74,6 +78,9 @@ def _out_of_memory(exc: Exception) -> Answer:
 
 ANSWERS: dict[type[BaseException], Callable[[Exception], Answer]] = {
     # the upload
+    EmptyUploadError: lambda e: Answer(400, str(e)),
+    UploadSizeError: lambda e: Answer(413, str(e)),
+    ModelFileUploadError: lambda e: Answer(415, str(e)),  # models come from the server's folders only
     # the limit is the server's own setting, named so an operator knows which one to raise
     ImageTooLargeError: lambda e: Answer(413, f"image too large: {e} (the server's SR_MAX_PIXELS)"),
     AnimatedImageError: lambda e: Answer(415, f"unsupported image: {e}"),

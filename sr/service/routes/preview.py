@@ -8,8 +8,7 @@ from fastapi import APIRouter, Depends, File, Request, UploadFile
 from fastapi.responses import Response
 
 from ..deps import ServiceDep, require_ready
-from .responses import CLIENT_CLOSED, ERRORS, NO_SNIFF_NO_STORE, REFUSED_BEFORE_DECODING
-from .uploads import read_upload
+from .responses import ERRORS, REFUSED_BEFORE_DECODING, sent
 
 router = APIRouter()
 
@@ -27,10 +26,4 @@ async def preview(
     service: ServiceDep,
     file: Annotated[UploadFile, File(description="the image, as for /v1/upscale")],
 ) -> Response:
-    data = await read_upload(file, service.settings)
-    shown = await service.preview(data, request.is_disconnected)
-    if shown is None:
-        return Response(status_code=CLIENT_CLOSED)
-    body, width, height = shown
-    return Response(content=body, media_type="image/png",
-                    headers={"X-Image-Size": f"{width}x{height}", **NO_SNIFF_NO_STORE})
+    return sent(await service.preview(file, request.is_disconnected))

@@ -1,8 +1,13 @@
-"""What the OpenAPI document says of each error status (the routes' ``responses=``)."""
+"""What the OpenAPI document says of each error status (the routes' ``responses=``), and the HTTP
+response of a domain :class:`~sr.service.answer.Answer` (:func:`sent`)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from fastapi.responses import Response
+
+from ..answer import Answer
 
 REFUSED_BEFORE_DECODING = "a file refused before decoding (over 100 JPEG scans, PNG metadata bombs)"
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -23,5 +28,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 # Status for a request whose client went away (nginx's convention; nobody reads it).
 CLIENT_CLOSED = 499
-# Headers of every image answer.
-NO_SNIFF_NO_STORE = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+
+
+def sent(answer: Answer | None) -> Response:
+    """The response of ``answer``; None (the client went away): :data:`CLIENT_CLOSED`, no body."""
+    if answer is None:
+        return Response(status_code=CLIENT_CLOSED)
+    return Response(content=answer.body, media_type=answer.media_type, headers=answer.headers)

@@ -1,19 +1,20 @@
-"""POST /v1/upscale: the form -> one :class:`sr.request.UpscaleRequest` -> its engine, admitted once
--> run -> the image (or its budget map), as ``sr upscale`` does it."""
+"""POST /v1/upscale: the form's fields -> :meth:`sr.service.core.Service.upscale` -> the image (or its
+budget map), as ``sr upscale`` does it."""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import Response
 
 from ..catalog import AUTO_DESCRIPTION
+from ..core import UpscaleCall
 from ..deps import ServiceDep, require_ready
-from ..pipeline import engine_for, form_request, mime_types, request_formats, result_headers
-from .responses import CLIENT_CLOSED, ERRORS
-from .uploads import read_upload, refuse_repeated_fields
+from ..form import UpscaleForm
+from ..formats import mime_types, request_formats
+from .responses import ERRORS, sent
+from .uploads import refuse_repeated_fields
 
 MIME = mime_types()
 
@@ -62,22 +63,8 @@ async def upscale(
                                                       "GET /v1/budget-maps/{id} (id in X-Budget-Map-Id): "
                                                       "showing it then needs no second upscale")] = False,
 ) -> Response:
-    # As `sr upscale`: the arguments -> one UpscaleRequest -> its engine and plan -> run -> output.
-    start = time.perf_counter()
     refuse_repeated_fields(await request.form())  # already parsed for the parameters: no second read
-    family, asked = form_request(service.hub.catalog, model, scale=scale, outscale=outscale, width=width,
-                                 height=height, fmt=fmt, quality=quality, budget_map=budget_map, tta=tta,
-                                 denoise=denoise, look=look, pre=pre)
-    engine = engine_for(service.hub, family, asked)
-    job = service.job(await read_upload(file, service.settings), family, asked, keep_budget_map)
-    work = await service.admit(engine, job)
-    result = await service.run(engine, job, work, request.is_disconnected)
-    if result is None:
-        return Response(status_code=CLIENT_CLOSED)
-    timings = {**result.timings_ms, "total": (time.perf_counter() - start) * 1e3}
-    headers = result_headers(result, job, file.filename, timings)
-    if result.budget_levels is not None:
-        map_id = service.budget_maps.put(result.budget_levels, job.budget_k_max)
-        if map_id is not None:
-            headers["X-Budget-Map-Id"] = map_id
-    return Response(content=result.body, media_type=MIME[result.fmt], headers=headers)
+    form = UpscaleForm(model=model, pre=pre, scale=scale, outscale=outscale, width=width, height=height,
+                       fmt=fmt, quality=quality, budget_map=budget_map, tta=tta, denoise=denoise, look=look,
+                       keep_budget_map=keep_budget_map)
+    return sent(await service.upscale(UpscaleCall(form, file, request.is_disconnected)))

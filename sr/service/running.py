@@ -1,0 +1,144 @@
+"""One admitted upscale job and its run in a worker thread: :class:`UpscaleJob` in, decode (in the
+sandbox) -> engine -> encode, timed per stage (:func:`run_job`), a typed :class:`JobResult` out."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sr.request import UpscaleRequest
+
+from .budget_maps import heatmap_png
+from .formats import output_format
+from .jobs import JobStopped
+
+if TYPE_CHECKING:  # annotations only
+    import numpy as np
+
+    from sr.inference import Upscaler
+
+    from .planning import Planner
+    from .sandbox import Sandbox
+    from .settings import Settings
+
+
+class NoBudgetMapError(ValueError):
+    """A budget map asked of a model without adaptive attention blocks (-> 422)."""
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """This server's limits on a job (None: none)."""
+
+    max_pixels: int                        # input pixels
+    max_output_pixels: int | None = None
+    max_work_pixels: int | None = None
+    timeout_s: float | None = None         # the request's time limit: the decode's wall-clock allowance too
+
+    @classmethod
+    def of(cls, settings: Settings) -> JobLimits:
+        return cls(settings.max_pixels, settings.max_output_pixels, settings.max_work_pixels,
+                   settings.timeout_s)
+
+
+@dataclass
+class UpscaleJob:
+    """One upload's job: its bytes, what it asks for (validated), and this server's limits on it."""
+
+    data: bytes
+    request: UpscaleRequest  # size, format and quality, tta, budget map (model/denoise/look: the engine's)
+    limits: JobLimits
+    budget_k_max: float | None = None  # heat-map scale: the model's k_max, so maps compare across images
+    keep_budget_map: bool = False  # also return the budget map's colour levels with the image
+    stop: threading.Event = field(default_factory=threading.Event)  # set when the request gives up
+    # (width, height) the admitted plan is for: the header's; the decode plans again only if it differs
+    planned_size: tuple[int, int] | None = None
+    submitted: float = field(default_factory=time.perf_counter)
+    # network cost per output pixel of the model and of its pre model, relative to the model the
+    # work model is calibrated on (ModelCatalog.cost): 1.0 for the weights folder's families
+    cost: tuple[float, float] = (1.0, 0.0)
+    teaches: bool = True  # whether its time teaches the work model (ModelCatalog.calibrated)
+
+    def should_stop(self) -> bool:
+        """Whether to give up now: polled between stages, by the engine and by the decoder."""
+        return self.stop.is_set()
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Milliseconds a job spent in each stage, in order (the answer's Server-Timing)."""
+
+    queue_ms: float
+    decode_ms: float
+    upscale_ms: float
+    encode_ms: float
+
+    def by_stage(self) -> dict[str, float]:
+        return {"queue": self.queue_ms, "decode": self.decode_ms, "upscale": self.upscale_ms,
+                "encode": self.encode_ms}
+
+
+@dataclass(frozen=True)
+class JobResult:
+    body: bytes
+    fmt: str                  # png | jpg | webp
+    model: str
+    scale: int
+    size: tuple[int, int]     # output (width, height)
+    times: StageTimes
+    choice: str = ""          # model "auto": what it chose and why, e.g. "auto: photo (JPEG, quality ~72)"
+    budget_levels: np.ndarray | None = None  # keep_budget_map: uint8 (H, W) heat-map levels
+
+    def network_seconds(self) -> float:
+        """Seconds the engine ran: what teaches the job pool the network's current speed."""
+        return self.times.upscale_ms / 1e3
+
+
+def run_job(engine: Upscaler, job: UpscaleJob, decoder: Sandbox, planner: Planner) -> JobResult:
+    """Decode (in ``decoder``, the sandbox), upscale, encode: the admitted job. Its work was planned
+    once at admission; ``planner`` plans it again only where the decoded size differs from the
+    header's, so an orientation the header read missed cannot buy a job past the time limit."""
+    from sr.io import encode_image
+
+    t0 = time.perf_counter()
+    _check_stop(job)
+    img = decoder.decode(job.data, max_pixels=job.limits.max_pixels, wall_s=job.limits.timeout_s,
+                         should_stop=job.should_stop)
+    if (img.width, img.height) != job.planned_size:
+        planner.plan(engine, job, img.width, img.height)
+    _check_stop(job)
+    t1 = time.perf_counter()
+    # source: the upload's bytes, from which model "auto" tells lossy from lossless; quantize: the
+    # output as 8/16-bit samples, what the encoder takes, without a full-size float32 copy
+    asked = job.request
+    res = engine.run(img, asked, budget_map=job.keep_budget_map, should_stop=job.should_stop, source=job.data,
+                     quantize=True)
+    _check_stop(job)
+    t2 = time.perf_counter()
+    if asked.budget_map:
+        if res.budget_map is None:
+            raise NoBudgetMapError(f"model {res.model} has no adaptive attention blocks: no budget map")
+        fmt, body = "png", heatmap_png(res.budget_map, job.budget_k_max)
+    else:
+        fmt = output_format(asked.format, img.format)
+        body = encode_image(res.image, format=fmt, quality=asked.quality)
+    t3 = time.perf_counter()
+    levels = None
+    if job.keep_budget_map and not asked.budget_map and res.budget_map is not None:
+        from sr.inference.heatmap import budget_levels
+
+        levels = budget_levels(res.budget_map, job.budget_k_max)
+    out = res.image
+    return JobResult(
+        body=body, fmt=fmt, model=res.model, scale=res.scale, size=(out.width, out.height),
+        choice=res.choice.describe() if res.choice is not None else "", budget_levels=levels,
+        times=StageTimes(queue_ms=(t0 - job.submitted) * 1e3, decode_ms=(t1 - t0) * 1e3,
+                         upscale_ms=(t2 - t1) * 1e3, encode_ms=(t3 - t2) * 1e3),
+    )
+
+
+def _check_stop(job: UpscaleJob) -> None:
+    if job.should_stop():
+        raise JobStopped("job stopped: the request gave up")
