@@ -30,7 +30,7 @@ from .limits import send_json_error
 from .sandbox import Limits, Probe, Sandbox
 
 # Uploads up to this size take the small lane: every valid image a page sends for a quick try, and
-# every tiny hostile file (the bombs of issues 45 and 54 that fit in a few KB).
+# every tiny hostile file (the decompression and metadata bombs that fit in a few KB).
 SMALL_UPLOAD_BYTES = 256 * 1024
 _UPLOAD_METHODS = frozenset({"POST", "PUT", "PATCH"})
 

@@ -21,7 +21,8 @@ Messages are typed (:mod:`sr.service.sandbox_protocol`: a :class:`JobMessage` on
 travel as memfds passed with ``SCM_RIGHTS``: the upload goes in one, decoded pixels come back in
 others, mapped by the parent as the numpy arrays of its :class:`~sr.io.DecodedImage` (no copy of a
 big image in the parent, none through a pipe). A child's :class:`~sr.io.ImageError` comes back as
-an :class:`ErrorReply` whose :class:`ErrorKind` names its class in one table (``ERROR_CLASSES``).
+an :class:`ErrorReply` whose :class:`~sr.service.sandbox_protocol.ErrorKind` names its class in one
+table (``ERROR_CLASSES``).
 
 Operations (:class:`Op`): :meth:`Sandbox.probe` (size and orientation from the header, as
 :func:`sr.io.read_size`), :meth:`Sandbox.decode` (:func:`sr.io.read_image`), :meth:`Sandbox.preview`
@@ -135,8 +136,9 @@ class _Child:
 class Sandbox:
     """``processes`` decoder children, each job on one of them within :class:`Limits`.
 
-    :meth:`run` blocks (call it from a worker thread); :meth:`call` is its asyncio form, on the
-    sandbox's own threads (never the event loop's default pool, which sync endpoints share).
+    :meth:`probe`, :meth:`decode` and :meth:`preview` block (call them from a worker thread);
+    :meth:`call` is their asyncio form, on the sandbox's own threads (never the event loop's default
+    pool, which sync endpoints share).
     """
 
     def __init__(self, processes: int, limits: Limits | None = None, name: str = "sandbox") -> None:

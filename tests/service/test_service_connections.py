@@ -1,4 +1,4 @@
-"""Connections the routes cannot see (issue 72, item 4 and part of 6): a body a route does not read
+"""Connections the routes cannot see: a body a route does not read
 is drained or the connection closed after the answer; an answer not read is aborted after the send
 timeout; a connection's answer is buffered in pieces; ambiguous framing, a 10 KB file name and the
 decoder counters of /healthz."""
@@ -80,7 +80,7 @@ def _closed_while_dribbling(sock: socket.socket, seconds: float) -> bool:
 @pytest.mark.parametrize("method, status", [("GET", 200), ("POST", 405)])
 def test_a_big_body_the_route_does_not_read_closes_the_connection_after_the_answer(
         make_server, method: str, status: int) -> None:
-    # issue 72, hole 5: GET /healthz declaring 100 MB, dribbled, stayed open (47 s and counting)
+    # GET /healthz declaring 100 MB, dribbled, stayed open (47 s and counting)
     base = make_server(body_timeout_s=30)
     sock = _connect(base)
     # (10 MB: within the upload limit, which a POST declaring 100 MB meets first: 413, closed)
@@ -125,7 +125,7 @@ def test_the_drain_allowance_is_read_and_a_body_past_it_closes_the_connection(ma
 
 @pytest.mark.slow
 def test_an_answer_not_read_is_aborted_at_the_send_timeout(make_server, make_image) -> None:
-    # issue 72, hole 6: each unread ~9 MB answer stayed buffered until its client closed
+    # Before: each unread ~9 MB answer stayed buffered until its client closed
     base = make_server(send_timeout_s=1.0, max_buffered_bytes=64 * 1024)
     # noise: its preview PNG is ~7 MB, more than the kernel's socket buffers take (4 MB at most here)
     image = make_image(1536, 1536, seed=3)

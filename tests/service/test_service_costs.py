@@ -1,4 +1,4 @@
-"""Issue 45: cheap requests that would buy long work are refused up front, and cheap checks stay fast.
+"""Cheap requests that would buy long work are refused up front, and cheap checks stay fast.
 
 Hostile files are refused from their structure before any decode (scan bombs, metadata bombs), a job
 the work model predicts to overrun the time limit gets an immediate 422, and a request that only

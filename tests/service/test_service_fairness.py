@@ -1,4 +1,4 @@
-"""Clients take turns (issue 72, item 5): on the intake lanes (FairGate), in the job queue (JobPool's
+"""Clients take turns: on the intake lanes (FairGate), in the job queue (JobPool's
 turns), and in line after a 503 (a refused client's slot is held for it; Retry-After is the time
 until the slot of its place frees)."""
 
@@ -30,7 +30,7 @@ def test_the_gate_serves_clients_in_turn_not_in_arrival_order() -> None:
 
         first = asyncio.ensure_future(probe("A", "a1", hold=True))
         await asyncio.sleep(0)
-        # six big uploads from one address, then one from another (issue 72: the JPEG waited 17.6 s)
+        # six big uploads from one address, then one from another (the JPEG once waited 17.6 s)
         tasks = [asyncio.ensure_future(probe("A", f"a{i}")) for i in range(2, 7)]
         await asyncio.sleep(0)
         tasks.append(asyncio.ensure_future(probe("B", "b1")))
@@ -180,7 +180,7 @@ def test_addresses_take_turns_in_line_too() -> None:
 def test_clients_that_obey_retry_after_wait_within_2x_of_it() -> None:
     """Six clients, two jobs each, on one worker and a queue of one; jobs take what the model
     predicts (1.2 s: sleeps, so a loaded machine does not skew them). Each client's wait from its
-    first 503 to its admission is within 2x of the Retry-After that 503 said (issue 72: 3-15x)."""
+    first 503 to its admission is within 2x of the Retry-After that 503 said (before the line: 3-15x)."""
     pool = JobPool(workers=1, max_queue=1)
     work = Work(tiled_mp=1.0)
     seconds = pool.model.predict(work)

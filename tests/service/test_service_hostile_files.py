@@ -1,4 +1,4 @@
-"""Issue 72, the decoder's holes as requests: each hostile file gets a 4xx that names its reason,
+"""The decoder's holes as requests: each hostile file gets a 4xx that names its reason,
 costs the header read a small fraction of its 2 s of CPU (the sandbox's own CPU count, not a wall
 clock), and no decoder process is killed or restarted for it.
 
@@ -86,7 +86,7 @@ def test_a_hostile_file_is_refused_with_its_reason_for_little_cpu(make_client, m
 
 
 def test_a_decoder_exception_is_a_400_with_its_reason_and_the_child_lives_on(make_client) -> None:
-    # Issue 72, hole 3: answered 422 "refused before decoding", the child killed and restarted.
+    # Before: answered 422 "refused before decoding", the child killed and restarted.
     client = make_client()
     restarts = _restarts(client)
     r = client.post("/v1/upscale", files={"file": ("a.tif", _xmp_number_tiff())})

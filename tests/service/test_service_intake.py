@@ -1,4 +1,4 @@
-"""Admission before work (issue 54): upload caps answered as JSON 503 before the body is read, a
+"""Admission before work: upload caps answered as JSON 503 before the body is read, a
 liveness probe that is never starved, and small uploads checked on their own lane."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from PIL import Image
 
 from sr.io import DecodeLimitError
@@ -34,23 +35,25 @@ def test_small_bad_upload_does_not_wait_behind_the_large_lane() -> None:
     intake.start()
     intake.wait_ready()
     release = threading.Event()
-    # Eight big hostile uploads hold the large lane (a stand-in that simply does not finish).
-    blockers = [intake.large._executor.submit(release.wait, 30) for _ in range(8)]
-    try:
-        bad = _two_iccp_png()
-        assert len(bad) <= SMALL_UPLOAD_BYTES
-        t0 = time.monotonic()
+
+    async def main() -> None:
+        # Eight big hostile uploads hold the large lane (a stand-in that simply does not finish).
+        blockers = [asyncio.ensure_future(intake.large.call(release.wait, 30)) for _ in range(8)]
         try:
-            asyncio.run(intake.probe(bad, None))
-            raise AssertionError("a PNG with two ICC profiles was accepted")
-        except DecodeLimitError as e:
-            assert "more than one ICC profile" in str(e)
-        assert time.monotonic() - t0 < 1.0
-        assert asyncio.run(intake.probe(_png(20, 10), None)).width == 20
+            bad = _two_iccp_png()
+            assert len(bad) <= SMALL_UPLOAD_BYTES
+            t0 = time.monotonic()
+            with pytest.raises(DecodeLimitError, match="more than one ICC profile"):
+                await intake.probe(bad, None)
+            assert time.monotonic() - t0 < 1.0
+            assert (await intake.probe(_png(20, 10), None)).width == 20
+        finally:
+            release.set()
+            await asyncio.gather(*blockers)
+
+    try:
+        asyncio.run(main())
     finally:
-        release.set()
-        for b in blockers:
-            b.result(10)
         intake.close()
 
 

@@ -151,7 +151,7 @@ def test_413_answered_by_the_framework_still_closes_the_connection() -> None:
 
 
 def test_drip_fed_body_gets_408_at_the_rate_floor_and_the_total_cap() -> None:
-    # Issue 54, row D: 1 byte every few seconds never tripped the idle timeout. The floor counts
+    # A soak's row D: 1 byte every few seconds never tripped the idle timeout. The floor counts
     # the whole upload: 1 byte per 0.1 s is 10 B/s, under a 100 B/s floor once the grace is over.
     app = BodyLimitMiddleware(_reading_app, max_bytes=10_000, idle_timeout=5, min_rate=100, grace=0.3)
     status, headers, body = _timed_call(app, [(0.1, b"x")] * 40)

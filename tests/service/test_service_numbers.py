@@ -1,4 +1,4 @@
-"""No form value makes a 5xx (issue 72, item 3): random numeric strings into every field of
+"""No form value makes a 5xx: random numeric strings into every field of
 POST /v1/upscale, and the two values that did (outscale=1e308, a 401-digit width: OverflowError in
 the size plan, a 500 that dropped the keep-alive connection)."""
 

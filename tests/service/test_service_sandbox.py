@@ -50,7 +50,7 @@ def test_decode_in_the_sandbox_gives_read_images_pixels_alpha_and_profile(sandbo
 
 
 def test_png_exif_after_the_pixel_data_turns_the_probed_size(sandbox: Sandbox) -> None:
-    # Issue 54, row C: orientation 6 in an eXIf chunk after IDAT; the decoder turns 600x40 into
+    # A soak's row C: orientation 6 in an eXIf chunk after IDAT; the decoder turns 600x40 into
     # 40x600, and the header read used for the work prediction must say so too.
     exif = Image.Exif()
     exif[0x0112] = 6
@@ -73,7 +73,7 @@ def test_allocation_past_the_memory_limit_is_a_413_not_the_servers_memory(sandbo
 
 
 def test_decoder_pathology_past_the_precheck_is_stopped_at_its_limit_and_replaced() -> None:
-    # Issue 54, row A: what the pre-check lets through still costs at most the sandbox's limits.
+    # A soak's row A: what the pre-check lets through still costs at most the sandbox's limits.
     # 90 full passes over 4096^2 (under the pre-check's 100 scans): seconds of decoding.
     junk = scan_bomb_jpeg(4096, 80)
     check_decode_cost(junk)  # not refused by the fast path: the sandbox is the guarantee
@@ -126,7 +126,7 @@ def test_a_childs_image_error_comes_back_as_its_own_class() -> None:
 
 def test_a_crash_without_an_exit_status_is_still_a_decode_refusal() -> None:
     # a child that dies before its exit status can be read: the refusal, not a formatting error (500);
-    # a refusal by the decoder's limits ("image refused"), not one "before decoding" (issue 72)
+    # a refusal by the decoder's limits ("image refused"), not one "before decoding"
     from sr.service.sandbox import SandboxLimitError, limit_error
 
     crash = limit_error("crash", None)
@@ -149,7 +149,7 @@ def _xmp_number_tiff() -> bytes:
 
 
 def test_any_exception_is_answered_by_a_child_that_lives_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Issue 72, hole 3: a TypeError from Pillow killed the child (a restart, 0.25 s of CPU, a
+    # Before: a TypeError from Pillow killed the child (a restart, 0.25 s of CPU, a
     # traceback) and was answered "refused before decoding".
     from sr.service import sandbox_child
     from sr.service.sandbox_protocol import ErrorKind, ErrorReply, JobMessage, Op
