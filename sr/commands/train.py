@@ -8,7 +8,14 @@ import json
 from pathlib import Path
 
 from ..errors import CLIError
-from ..train.config import AMP_CHOICES, FIELDS, INIT_LAYER_CHOICES, LOSS_CHOICES, load_config
+from ..train.config import (
+    AMP_CHOICES,
+    CROP_START_CHOICES,
+    FIELDS,
+    INIT_LAYER_CHOICES,
+    LOSS_CHOICES,
+    load_config,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         elif name == "amp":
             p.add_argument(flag, choices=AMP_CHOICES, default=None,
                            help="bf16 autocast; auto = on CUDA and AMX CPUs, else fp32 (default: auto)")
+        elif name == "crop_start":
+            p.add_argument(flag, choices=CROP_START_CHOICES, default=None,
+                           help="where --degrade pool patches start in their source: on its LR grid, or "
+                                "at any pixel, so a grid in the source (JPEG blocks) is not locked to the "
+                                "patch's and cannot be learnt as a dot lattice (default: lr)")
         elif name == "loss":
             p.add_argument(flag, choices=LOSS_CHOICES, default=None, help=f"pixel loss (default: {default})")
         elif name == "init_layers":

@@ -30,19 +30,26 @@ log = logging.getLogger(__name__)
 MARGIN = (4, 12)
 
 
-def _pool_key(paths: Sequence[Path], scale: int, patch: int, size: int, seed: int, cfg: DegradeConfig) -> str:
+def _pool_key(paths: Sequence[Path], scale: int, patch: int, size: int, seed: int, cfg: DegradeConfig,
+              any_pixel: bool = False) -> str:
     ident = json.dumps({
         "images": [f"{p.resolve()}|{p.stat().st_size}|{p.stat().st_mtime_ns}" for p in paths],
         "scale": scale, "patch": patch, "size": size, "seed": seed, "cfg": cfg.to_dict(), "version": 1,
+        **({"any_pixel": True} if any_pixel else {}),  # today's pools keep their keys
     })
     return "pool-" + hashlib.sha1(ident.encode()).hexdigest()[:20]
 
 
 def make_pool(
-    images: Sequence[np.ndarray], scale: int, patch: int, size: int, seed: int, cfg: DegradeConfig
+    images: Sequence[np.ndarray], scale: int, patch: int, size: int, seed: int, cfg: DegradeConfig,
+    any_pixel: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``size`` degraded pairs from uint8 RGB ``images``: (HR (N, ps, ps, 3), LR (N, p, p, 3),
-    clean flags (N,)). Images are drawn in proportion to their area."""
+    clean flags (N,)). Images are drawn in proportion to their area.
+
+    A patch starts on a multiple of ``scale`` of its source unless ``any_pixel``: then at any pixel,
+    so a grid the source carries (a JPEG's 8 x 8 blocks: at x4 every patch would hold them on the same
+    output phases) is not locked to the patch's LR grid, and a model cannot learn it as a dot lattice."""
     hr_side, big = patch * scale, patch + 2 * MARGIN[1]
     usable = [i for i, im in enumerate(images) if min(im.shape[:2]) >= big * scale]
     if not usable:
@@ -59,8 +66,11 @@ def make_pool(
         img = images[usable[int(rng.choice(len(usable), p=weights))]]
         h, w = img.shape[:2]
         oy, ox = (int(v) for v in rng.integers(MARGIN[0], MARGIN[1] + 1, size=2))
-        y = int(rng.integers(0, (h // scale) - big + 1)) * scale
-        x = int(rng.integers(0, (w // scale) - big + 1)) * scale
+        if any_pixel:
+            y, x = int(rng.integers(0, h - big * scale + 1)), int(rng.integers(0, w - big * scale + 1))
+        else:
+            y = int(rng.integers(0, (h // scale) - big + 1)) * scale
+            x = int(rng.integers(0, (w // scale) - big + 1)) * scale
         lr, params = degrade(img[y : y + big * scale, x : x + big * scale], scale, cfg, rng)
         lr_out[n] = lr[oy : oy + patch, ox : ox + patch]
         hr_out[n] = img[y + oy * scale : y + oy * scale + hr_side, x + ox * scale : x + ox * scale + hr_side]
@@ -76,6 +86,7 @@ def build_pool(
     seed: int,
     cfg: DegradeConfig,
     cache_dir: str | Path | None = None,
+    any_pixel: bool = False,
 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
     """The run's pool as PatchDataset pairs [(HR patch, LR patch)], from cache when it was made before.
     Returns (pairs, info) with the seconds it took and the clean share."""
@@ -89,12 +100,12 @@ def build_pool(
 
     def make() -> np.ndarray:
         images = [modcrop(read_array(p, rgb=True), scale) for p in paths]
-        hr, lr, clean = make_pool(images, scale, patch, size, seed, cfg)
+        hr, lr, clean = make_pool(images, scale, patch, size, seed, cfg, any_pixel)
         # one uint8 array, a row per entry: the HR patch's bytes, then the LR patch's, then the clean flag
         flags = clean[:, None].astype(np.uint8)
         return np.concatenate([hr.reshape(size, -1), lr.reshape(size, -1), flags], axis=1)
 
-    flat = cached(cache, _pool_key(paths, scale, patch, size, seed, cfg), make)
+    flat = cached(cache, _pool_key(paths, scale, patch, size, seed, cfg, any_pixel), make)
     hs, ls = (patch * scale) ** 2 * 3, patch * patch * 3
     hr = flat[:, :hs].reshape(size, patch * scale, patch * scale, 3)
     lr = flat[:, hs : hs + ls].reshape(size, patch, patch, 3)

@@ -118,14 +118,16 @@ def artefact_loss(out: torch.Tensor, hr: torch.Tensor, weight: torch.Tensor) -> 
 
 
 # The grid-locked pattern term. A GAN fine-tune learns to stamp a faint per-LR-pixel pattern through
-# the sub-pixel upsampler (every output phase (row mod s, column mod s) gets its own small bias), which
-# the discriminator does not punish and which shows as a dot lattice on smooth areas. The term pulls
-# the output's per-phase mean of its luminance high-pass toward HR's, pooled over the batch and over
-# HR's smooth pixels (the lattice measure of sr.evaluation.perceptual, made differentiable): a bias
-# consistent across images is what the pooling keeps, texture's noise is what it averages away.
+# the sub-pixel upsampler (every output phase (row mod s, column mod s) gets its own small offset),
+# which the discriminator does not punish and which shows as a dot lattice on smooth areas. The term
+# pulls each image's per-phase mean of its luminance high-pass, over HR's smooth pixels, toward HR's
+# (the lattice measure of sr.evaluation.perceptual, made differentiable). Per image, not pooled over
+# the batch: the pattern depends on the content (brightness, colour), and patterns of opposite sign
+# in two images cancel in a pooled mean while both show.
 PHASE_SIGMA = 2.0
 PHASE_WINDOW = 7
 PHASE_SMOOTH_STD = 4.0 / 255.0  # grey levels in [0, 1] units
+PHASE_MIN_PIXELS = 8  # smooth pixels a phase needs in an image for that image to count
 
 
 def _gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -145,30 +147,37 @@ def _luma(x: torch.Tensor) -> torch.Tensor:
     return (x * weights).sum(1, keepdim=True)
 
 
-def phase_means(out: torch.Tensor, hr: torch.Tensor, scale: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-phase means (scale, scale) of the luminance high-pass of ``out`` and ``hr``, in grey levels,
-    pooled over the batch and HR's smooth pixels, each less its mean over the phases.
+def phase_means(
+    out: torch.Tensor, hr: torch.Tensor, scale: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-image, per-phase means (N, scale, scale) of the luminance high-pass of ``out`` and ``hr``, in
+    grey levels, over HR's smooth pixels, each less its mean over the phases; and (N,) which images
+    have enough smooth pixels on every phase to count.
 
     ``out`` and ``hr``: (N, 3, H, W) in [0, 1], H and W multiples of ``scale``, top-left pixel at
-    phase (0, 0) of the LR grid (a training patch is). Where HR has no smooth pixel both are zero.
+    phase (0, 0) of the LR grid (a training patch is).
     """
     out_y, hr_y = _luma(out.float()), _luma(hr.float())
     with torch.no_grad():
         smooth = (_local_variance(hr_y, PHASE_WINDOW).sqrt() < PHASE_SMOOTH_STD).to(out_y.dtype)
         n, _, h, w = smooth.shape
-        weight = smooth.view(n, h // scale, scale, w // scale, scale).sum((0, 1, 3))  # (s, s)
+        weight = smooth.view(n, h // scale, scale, w // scale, scale).sum((1, 3))  # (N, s, s)
+        counted = (weight >= PHASE_MIN_PIXELS).flatten(1).all(1)  # (N,)
     result = []
     for y in (out_y, hr_y):
         hp = (y - _gaussian_blur(y, PHASE_SIGMA)) * smooth  # (N, 1, H, W)
-        total = hp.view(n, h // scale, scale, w // scale, scale).sum((0, 1, 3))  # (s, s)
+        total = hp.view(n, h // scale, scale, w // scale, scale).sum((1, 3))  # (N, s, s)
         mean = total / weight.clamp_min(1.0) * 255.0
-        result.append(mean - mean.mean())
-    return result[0], result[1]
+        result.append(mean - mean.mean((1, 2), keepdim=True))
+    return result[0], result[1], counted
 
 
 def phase_loss(out: torch.Tensor, hr: torch.Tensor, scale: int) -> torch.Tensor:
-    """L1, in grey levels, between the output's and HR's per-phase high-pass means (:func:`phase_means`)."""
+    """L1, in grey levels, between the output's and HR's per-phase high-pass means
+    (:func:`phase_means`), over the images with enough smooth area (0 when none has)."""
     if scale < 2:
-        return out.new_zeros(())
-    fake, real = phase_means(out, hr, scale)
-    return (fake - real).abs().mean()
+        return out.new_zeros((), dtype=torch.float32)
+    fake, real, counted = phase_means(out, hr, scale)
+    if not counted.any():
+        return (fake * 0).sum()  # keeps the graph; no image to score
+    return (fake - real).abs()[counted].mean()

@@ -65,6 +65,10 @@ class TrainConfig:
     feature_weight: float = 1.0  # discriminator feature matching (only with gan_weight > 0)
     frequency_weight: float = 0.0  # L1 between the 2-D spectra
     artefact_weight: float = 1.0  # LDL artefact-weighted L1 (only with gan_weight > 0)
+    # where a --degrade pool's patches start in their source image: "lr", on a multiple of the scale
+    # (every patch then holds the source's own grid, a JPEG's 8 x 8 blocks, on the same output phases
+    # at x4), or "any" pixel (sr.data.pool.make_pool)
+    crop_start: str = "lr"
     # L1 between output's and HR's per-output-phase high-pass means in grey levels: no grid-locked
     # dot lattice (sr.train.adversarial.phase_loss); 0 = off
     phase_weight: float = 0.0
@@ -85,6 +89,7 @@ class TrainConfig:
 AMP_CHOICES = ("auto", "bf16", "off")
 LOSS_CHOICES = ("l1", "mse")
 INIT_LAYER_CHOICES = ("all", "conv")
+CROP_START_CHOICES = ("lr", "any")
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 

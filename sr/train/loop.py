@@ -24,7 +24,7 @@ from ..data.pool import build_pool
 from ..models import count_params
 from . import distributed
 from .checkpoints import Checkpoints, Progress
-from .config import LOSS_CHOICES, TrainConfig
+from .config import CROP_START_CHOICES, LOSS_CHOICES, TrainConfig
 from .distributed import set_up_processes, training_hardware
 from .init_weights import init_lineage, load_init
 from .learner import Learner
@@ -54,7 +54,8 @@ def training_pairs(cfg: TrainConfig) -> tuple[list, dict]:
     with bicubic LR, or with --degrade a seeded pool of degraded patch pairs (each cropped whole)."""
     if cfg.degrade:
         pairs, info = build_pool(
-            cfg.train, cfg.scale, cfg.patch, cfg.pool, cfg.seed, training_config(cfg.degrade), cfg.cache
+            cfg.train, cfg.scale, cfg.patch, cfg.pool, cfg.seed, training_config(cfg.degrade), cfg.cache,
+            any_pixel=cfg.crop_start == "any",
         )
         return pairs, {"images": len(pairs), "skipped_small": 0, "degrade": cfg.degrade, **info}
     pairs, skipped = build_pairs(cfg.train, cfg.scale, cfg.patch, cfg.cache, cfg.rescale)
@@ -75,6 +76,8 @@ def check_config(cfg: TrainConfig) -> None:
                          "three stride-2 steps)")
     if cfg.loss not in LOSS_CHOICES:
         raise ValueError(f"--loss {cfg.loss!r} is not one of: {', '.join(LOSS_CHOICES)}")
+    if cfg.crop_start not in CROP_START_CHOICES:
+        raise ValueError(f"--crop-start {cfg.crop_start!r} is not one of: {', '.join(CROP_START_CHOICES)}")
     if cfg.degrade:
         training_config(cfg.degrade)  # an unknown name fails here, before any data is read
         if cfg.rescale:

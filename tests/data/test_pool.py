@@ -144,3 +144,24 @@ def test_build_pool_without_a_cache_writes_nothing(tmp_path, images: list[np.nda
     Image.fromarray(images[0]).save(folder / "a.png")
     pairs, info = build_pool([folder], SCALE, PATCH, 4, 0, PHOTO, None)
     assert len(pairs) == 4 and sorted(p.name for p in tmp_path.iterdir()) == ["train"]
+
+
+def test_patches_start_anywhere_with_any_pixel_so_a_source_grid_is_not_locked_to_them() -> None:
+    """A source carrying an 8 px grid (a JPEG's blocks): on the LR grid at x4 every HR patch holds it on
+    the same output phases; starting at any pixel spreads it over all of them."""
+    scale, patch = 4, 8
+    h = w = 160
+    grid = np.zeros((h, w, 3), np.uint8) + 100
+    grid[::8, :, :] = 140  # a line every 8 rows: at x4 phase 0 or 4 of every LR-aligned patch
+    on_lr, _, _ = make_pool([grid], scale, patch, 60, 3, DegradeConfig(clean_share=1.0))
+    anywhere, lr, _ = make_pool([grid], scale, patch, 60, 3, DegradeConfig(clean_share=1.0), any_pixel=True)
+    assert lr.shape == (60, patch, patch, 3)
+    rows_on_lr = {int(np.argmax(p[:8, 0, 0])) % 4 for p in on_lr}
+    rows_anywhere = {int(np.argmax(p[:8, 0, 0])) % 4 for p in anywhere}
+    assert rows_on_lr == {0} and rows_anywhere == {0, 1, 2, 3}
+    for hr_patch, lr_patch in zip(anywhere, lr, strict=True):  # still registered pairs (inner pixels)
+        ref = imresize(hr_patch, 1 / scale).astype(int)
+        assert np.abs(lr_patch.astype(int) - ref)[2:-2, 2:-2].max() <= 1
+    # the default pool is today's, draw for draw
+    again = make_pool([grid], scale, patch, 60, 3, DegradeConfig(clean_share=1.0), any_pixel=False)
+    np.testing.assert_array_equal(on_lr, again[0])

@@ -93,6 +93,8 @@ def test_gan_settings_are_checked_before_training(tmp_path):
         Trainer(tiny_config(tmp_path / "b", gan_weight=-1))
     with pytest.raises(ValueError, match="--phase-weight"):
         Trainer(tiny_config(tmp_path / "c", phase_weight=-0.1))
+    with pytest.raises(ValueError, match="--crop-start 'middle' is not one of: lr, any"):
+        Trainer(tiny_config(tmp_path / "d", crop_start="middle"))
 
 
 def test_pixel_only_training_has_no_discriminator(tmp_path):
@@ -117,8 +119,12 @@ def test_phase_loss_measures_a_grid_locked_pattern_and_nothing_else():
     stamped = hr + pattern.repeat(12, 12)[None, None]
     assert phase_loss(hr, hr, 4).item() == 0
     assert phase_loss(stamped, hr, 4).item() > 0.5  # grey levels: a 2-level stamp survives the high-pass
-    fake, real = phase_means(stamped, hr, 4)
-    assert fake.shape == (4, 4) and abs(fake.mean().item()) < 1e-4
+    fake, real, counted = phase_means(stamped, hr, 4)
+    assert fake.shape == (2, 4, 4) and counted.tolist() == [True, True]
+    assert fake.mean((1, 2)).abs().max().item() < 1e-4
+    # per image: opposite stamps on two images do not cancel
+    both = torch.cat([hr[:1] + pattern.repeat(12, 12), hr[1:] - pattern.repeat(12, 12)])
+    assert phase_loss(both, hr, 4).item() == pytest.approx(phase_loss(stamped, hr, 4).item(), rel=1e-3)
     # the same stamp at a period the scale does not lock to averages out: no phase bias at period 4
     off_grid = hr + (torch.arange(48) % 3 == 0).float()[None, None, None, :] * 2 / 255
     assert phase_loss(off_grid, hr, 4).item() < 0.25 * phase_loss(stamped, hr, 4).item()
