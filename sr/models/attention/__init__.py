@@ -1,15 +1,12 @@
 """The attention family behind one constructor: ``make_attention(kind, dim, heads, index, **cfg)``.
 
-Kinds are registered by name (:mod:`.registry`). The built-in ones are imported below in the order
-that ``ATTENTION_KINDS`` lists them; any other module of this package is imported after them, so a
-new variant is one new file here with a ``@register_attention`` builder (or any module that is
-imported before the network is built, e.g. a plugin or a test).
+Kinds are registered by name (:mod:`.registry`). The built-in ones are the modules imported below,
+one explicit list, in the order ``ATTENTION_KINDS`` lists them: a new variant is one new file here
+with a ``@register_attention`` builder and one line in that list. A plugin (or a test) registers its
+own with that one decorator call, from any module imported before the network is built.
 """
 
 from __future__ import annotations
-
-import importlib
-import pkgutil
 
 from torch import nn
 
@@ -24,16 +21,14 @@ from .registry import (
 )
 
 # isort: off
-# Registration order is ATTENTION_KINDS' order (cheapest first, as tables and benches list them).
+# The built-in kinds. Registration order is ATTENTION_KINDS' order: the design's own family first
+# (cheapest first, as tables and benches list them), then the mechanisms it is compared with.
 from .dense import DenseAttention
 from .window import WindowAttention, shift_mask
 from .topk import TopkAttention
 from .adaptive import AdaptiveSparseAttention, BudgetGate
+from . import cbam, channel, channel_sa, dilated, linear, local, spatial  # noqa: F401  (each registers)
 # isort: on
-
-for _module in pkgutil.iter_modules(__path__):
-    if not _module.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_module.name}")  # a no-op for those imported above
 
 # The kinds this package provides; attention_kinds() also lists variants registered later.
 ATTENTION_KINDS = attention_kinds()
