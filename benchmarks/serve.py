@@ -12,10 +12,10 @@ included) that such a client sees; without it, each 503 is final.
 
 ``--soak MINUTES`` runs for that long instead of a number of requests, and adds hostile requests to
 the mix (decode bombs, a job predicted to overrun the time limit, a thin strip, a forged JPEG,
-an oversized declared body, connections that stall in their headers or body, and issue 54's rows
-A, B, C, E and G: :func:`issue54_payloads`); its report gives the 5xx count (503s, the admission's
-answers with Retry-After, apart), the RSS of the server and of the server with its decoder
-processes at the start, the middle and the end, the longest answer, and the CPU seconds the
+an oversized declared body, connections that stall in their headers or body, and the uploads built
+to slip past the first checks: :func:`evasive_payloads`); its report gives the 5xx count (503s, the
+admission's answers with Retry-After, apart), the RSS of the server and of the server with its
+decoder processes at the start, the middle and the end, the longest answer, and the CPU seconds the
 server and its decoders spent.
 """
 
@@ -137,7 +137,7 @@ def payloads(size: int) -> dict[str, tuple[str, bytes, dict[str, str], int]]:
 
 def hostile_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int | tuple[int, ...]]]:
     """kind -> (file name, bytes, form fields, expected status or statuses): requests that cost little to send
-    and would buy long work or hold a connection without the guards of issues 30 and 45."""
+    and would buy long work or hold a connection without the service's decode-cost, work and time guards."""
     from PIL import Image
 
     def png(w: int, h: int) -> bytes:
@@ -160,8 +160,12 @@ def hostile_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int | tupl
     }
 
 
-def issue54_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int]]:
-    """Issue 54's table as upload kinds (D is the soak's stalled uploads, F its full queue):
+def evasive_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int]]:
+    """Uploads that look cheap to the first checks and are not: a scan bomb behind a junk byte (A),
+    compressed text chunks that inflate to 36 MiB (B), an orientation tag after the pixels that turns
+    the planned size (C), 19 MB of fill, directories or empty RLE escapes before any pixel (E), and
+    a small 16-bit RGBA PNG whose preview decodes 128 MiB (G). The letters are the rows of
+    docs/service.md's hostile-request table (D there is the soak's stalled uploads, F its full queue).
     kind -> (file name, bytes, form fields, expected status)."""
     import struct
     import zlib
@@ -206,7 +210,7 @@ def issue54_payloads() -> dict[str, tuple[str, bytes, dict[str, str], int]]:
 
 
 def rgba16_png(side: int = 4096) -> bytes:
-    """A side x side 16-bit RGBA PNG of one colour (~130 KB at 4096: issue 54's row G), written
+    """A side x side 16-bit RGBA PNG of one colour (~130 KB at 4096, 128 MiB of pixels decoded), written
     directly: an IHDR and one IDAT of unfiltered rows."""
     import struct
     import zlib
@@ -237,10 +241,10 @@ RAW_REQUESTS: dict[str, tuple[bytes, int]] = {
 }
 
 
-ISSUE54_KINDS = ("A-scan-junk", "B-itxt", "C-late-exif", "E-fill-jpeg", "E-tiff-chain", "E-rle8-bmp",
+EVASIVE_KINDS = ("A-scan-junk", "B-itxt", "C-late-exif", "E-fill-jpeg", "E-tiff-chain", "E-rle8-bmp",
                  "G-preview")
 HOSTILE_KINDS = ("scan-bomb", "icc-bomb", "pixel-bomb", "overrun", "strip", "forged-jpeg", *RAW_REQUESTS,
-                 *ISSUE54_KINDS)
+                 *EVASIVE_KINDS)
 
 
 def soak_kinds() -> list[str]:
@@ -571,7 +575,7 @@ def run(args: argparse.Namespace) -> int:
             raw = None
             if soak:
                 bodies.update(hostile_payloads())
-                bodies.update(issue54_payloads())
+                bodies.update(evasive_payloads())
                 raw = RAW_REQUESTS
             expected = {**{k: v[3] for k, v in bodies.items()}, **{k: v[1] for k, v in (raw or {}).items()}}
             # Warm-up: one round of valid requests at full concurrency (the soak: one cycle of its

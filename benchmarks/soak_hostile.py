@@ -1,6 +1,8 @@
-"""Issue 72's soak: rounds of clients against a loopback ``sr serve``, half of them sending normal
-uploads (and obeying Retry-After), half a hostile mix: the issue's files and connections beside
-issue 54's. Loopback only; nothing leaves the machine.
+"""A hostile soak: rounds of clients against a loopback ``sr serve``, half of them sending normal
+uploads (and obeying Retry-After), half a hostile mix: files that are slow to parse or refuse,
+absurd numbers in the form, connections that leave a body or an answer unread, beside the decode
+bombs and evasive uploads of ``sr bench serve --soak``. It shows whether the server stays
+responsive, and its memory flat, under both at once. Loopback only; nothing leaves the machine.
 
     PYTHONPATH=. python -m benchmarks.soak_hostile [--seconds 120] [--rounds 2] [--clients 8] [--json F]
 
@@ -42,7 +44,7 @@ SERVER_ENV = {"SR_TIMEOUT_S": "30", "SR_HEADER_TIMEOUT_S": "5", "SR_BODY_TIMEOUT
 SETTLE_S = 30.0          # after a round, before its "after" RSS
 HEALTH_EVERY_S = 0.2
 RSS_EVERY_S = 0.5
-DRIBBLE_EVERY_S = 3.0    # the issue's unread-body client: a byte every 3 s
+DRIBBLE_EVERY_S = 3.0    # the unread-body client: a byte every 3 s, inside the 5 s body timeout
 CL_AND_CHUNKED = (b"POST /v1/upscale HTTP/1.1\r\nHost: soak\r\nContent-Length: 5\r\n"
                   b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
 CONNECTION_KINDS = ("GET-healthz-unread-body", "POST-healthz-unread-body", "unread-9mb-answer")
@@ -66,8 +68,8 @@ def _png(w: int, h: int, mode: str = "RGB", noise: bool = False, seed: int = 0) 
 
 
 def _tiff_chain(prefix: bytes, ifds: int) -> bytes:
-    """A TIFF of ``ifds`` empty directories, each pointing at the next (issue 72, hole 2: Pillow's
-    page count is quadratic), under one of the magic numbers Pillow accepts."""
+    """A TIFF of ``ifds`` empty directories, each pointing at the next (Pillow's page count walks them
+    in quadratic time), under one of the magic numbers Pillow accepts."""
     endian = "<" if prefix.startswith(b"II") else ">"
     nexts = [8 + 6 * (i + 1) for i in range(ifds - 1)] + [0]
     body = b"".join(struct.pack(endian + "HI", 0, n) for n in nexts)
@@ -91,13 +93,13 @@ def _animated_gif(frames: int = 200) -> bytes:
     buf = io.BytesIO()
     images[0].save(buf, format="GIF", save_all=True, append_images=images[1:])
     data = buf.getvalue()
-    return data[:13] + b"\x00" + data[13:]  # one junk byte after the screen descriptor (hole 8)
+    return data[:13] + b"\x00" + data[13:]  # one junk byte after the screen descriptor
 
 
 def files() -> dict[str, tuple[str, bytes, dict[str, str]]]:
     """kind -> (file name, bytes, form fields): the uploads of the hostile mix."""
-    pnm_comments = b"P1\n8 8\n" + b"#\n" * (2 * 2**20) + b"0 1 " * 16  # 4 MB (hole 1: 40 s in Pillow)
-    pgm = b"P5\n#" + b"x" * BIG + b"\n64 64\n255\n" + bytes(64 * 64)     # 19 MB header comment (hole 7)
+    pnm_comments = b"P1\n8 8\n" + b"#\n" * (2 * 2**20) + b"0 1 " * 16  # 4 MB: 40 s in Pillow
+    pgm = b"P5\n#" + b"x" * BIG + b"\n64 64\n255\n" + bytes(64 * 64)     # 19 MB header comment
     bad_ifd = b"II*\x00" + struct.pack("<I", 8) + struct.pack("<H", 1) + struct.pack("<HHII", 259, 3, 1, 1) \
         + struct.pack("<I", 10_000)
     small = _png(64, 64)
@@ -114,7 +116,7 @@ def files() -> dict[str, tuple[str, bytes, dict[str, str]]]:
         "width-401-digits": ("a.png", small, {"width": "1" + "0" * 400}),
         "filename-10kb": ("a" * 10_000 + ".png", small, {}),
     }
-    mix.update({k: v[:3] for k, v in bench.issue54_payloads().items() if k != "G-preview"})
+    mix.update({k: v[:3] for k, v in bench.evasive_payloads().items() if k != "G-preview"})
     mix.update({k: v[:3] for k, v in bench.hostile_payloads().items() if k in ("scan-bomb", "icc-bomb")})
     return mix
 
@@ -145,12 +147,14 @@ async def _status(reader: asyncio.StreamReader, timeout: float = 60) -> tuple[in
     return (int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else "error:no-status"), head.lower()
 
 
-async def dribble_unread_body(port: int, method: str) -> tuple[int | str, str]:
-    """``method`` /healthz declaring a 10 MB body, a byte every 3 s (hole 5): (status, how it ended)."""
+async def dribble_unread_body(port: int, method: str, declared: int = 10_000_000) -> tuple[int | str, str]:
+    """``method`` /healthz declaring a ``declared``-byte body that the route never reads, a byte every
+    DRIBBLE_EVERY_S for up to 60 s: (status, how the connection ended). A server that waits for the
+    rest of the body before it closes holds the connection as long as the client keeps dribbling."""
     reader, writer = await _open(port)
     t0 = time.monotonic()
     try:
-        head = f"{method} /healthz HTTP/1.1\r\nHost: soak\r\nContent-Length: 10000000\r\n\r\n"
+        head = f"{method} /healthz HTTP/1.1\r\nHost: soak\r\nContent-Length: {declared}\r\n\r\n"
         writer.write(head.encode() + b"x")
         status, _ = await _status(reader)
         while time.monotonic() - t0 < 60:
@@ -168,7 +172,8 @@ async def dribble_unread_body(port: int, method: str) -> tuple[int | str, str]:
 
 
 async def unread_answer(port: int, body: bytes, send_timeout: float) -> tuple[int | str, str]:
-    """/v1/preview of a noise PNG (an answer of ~9 MB) whose answer is never read (hole 6)."""
+    """/v1/preview of a noise PNG (an answer of ~9 MB) whose answer is never read: the
+    server must drop it after its send timeout instead of holding the upload's slot and buffers."""
     boundary = "soakboundary"
     form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"n.png\"\r\n"
             "Content-Type: image/png\r\n\r\n").encode() + body + f"\r\n--{boundary}--\r\n".encode()

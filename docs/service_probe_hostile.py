@@ -1,5 +1,6 @@
-"""Issue 54's hostile rows against a real `sr serve` (shipped asa-base x2, 1 worker, queue 4,
-SR_TIMEOUT_S=10), on loopback. Prints one line per row.
+"""Hostile requests against a real `sr serve` (shipped asa-base x2, 1 worker, queue 4,
+SR_TIMEOUT_S=10), on loopback, one row at a time: what each costs the server and whether it
+stays responsive. Prints one line per row; the figures are docs/service.md's hostile-request tables.
 
     PYTHONPATH=. python docs/service_probe_hostile.py [ROWS]    (e.g. F; default ABCDEFG)
 
@@ -9,9 +10,9 @@ width=2100.   D: 51 uploads drip-feeding 1 byte every 5 s, /healthz polled meanw
 E: a 146-byte two-iCCP PNG while four 19 MB SOI + 0xFF fill JPEGs are in flight.
 F: 3 rounds of: worker and queue filled with 768x768 uploads, one more gets 503; its Retry-After
 against the real wait (from the 503 until the first admitted job answers).
-G: /v1/preview of a 4096^2 16-bit gray PNG and of the issue's 16-bit RGBA one, server RSS (with its
+G: /v1/preview of a 4096^2 16-bit gray PNG and of a 16-bit RGBA one, server RSS (with its
 decoder children) before/after.
-Issue 72's connection rows (H and I are not in the default set: run them by name):
+The connection rows (H and I are not in the default set: run them by name):
 H: 24 clients in turn ask /v1/preview of a noise PNG (a ~9 MB answer) and never read it; server RSS
 before, after the 24th, and 35 s later (SR_SEND_TIMEOUT_S: 30 s by default).
 I: GET /healthz declaring a 100 MB body (and POST /healthz declaring 10 MB) dribbled a byte every
@@ -23,16 +24,15 @@ import asyncio
 import io
 import os
 import socket
-import struct
 import sys
 import threading
 import time
-import zlib
 
 import httpx
 from PIL import Image
 
 from benchmarks import serve as b
+from benchmarks.soak_hostile import dribble_unread_body
 
 ROWS = set("".join(sys.argv[1:]).upper()) or set("ABCDEFG")
 args = argparse.Namespace(device="cpu", workers=1, queue=None, threads=1)
@@ -40,10 +40,6 @@ port = b.free_port()
 base = f"http://127.0.0.1:{port}"
 proc = b.start_server(args, None, "asa-base", port, open(os.devnull, "w"), env={"SR_TIMEOUT_S": "10"})
 b.wait_ready(proc, base, 240)
-
-
-def chunk(tag, body):
-    return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
 
 
 def png(w, h, mode="RGB"):
@@ -67,29 +63,24 @@ def timed(fn):
 
 
 try:
+    evasive = b.evasive_payloads() if ROWS & set("ABC") else {}  # rows A to C: the soak's files
+
     if "A" in ROWS:
-        bomb = b.scan_bomb_jpeg(1024, 20_000)
-        app0_end = 4 + int.from_bytes(bomb[4:6], "big")
-        junk = bomb[:app0_end] + b"\x00" + bomb[app0_end:]
-        r, dt = timed(lambda: post(junk, "a.jpg"))
+        name, junk, _, _ = evasive["A-scan-junk"]
+        r, dt = timed(lambda: post(junk, name))
         s, ds = timed(lambda: post(png(64, 64)))
         print(f"A: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:70]}); "
               f"next 64x64: {s.status_code} in {ds:.2f} s")
 
     if "B" in ROWS:
-        small = png(16, 16)
-        body = b"Comment\x00\x01\x00en\x00\x00" + zlib.compress(bytes(12 * 2**20), 9)
-        itxt = small[:33] + chunk(b"iTXt", body) * 3 + small[33:]
-        r, dt = timed(lambda: post(itxt))
+        name, itxt, _, _ = evasive["B-itxt"]
+        r, dt = timed(lambda: post(itxt, name))
         print(f"B: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:80]})")
 
     if "C" in ROWS:
-        exif = Image.Exif()
-        exif[0x0112] = 6
-        strip = png(600, 40)
-        late = strip[:-12] + chunk(b"eXIf", exif.tobytes()[6:]) + strip[-12:]
+        name, late, fields, _ = evasive["C-late-exif"]  # fields: width=2100
         rss0 = tree_rss_mb(proc.pid)
-        r, dt = timed(lambda: post(late, width="2100"))
+        r, dt = timed(lambda: post(late, name, **fields))
         print(f"C: {r.status_code} in {dt:.2f} s ({r.json()['detail'][:90]}); RSS {rss0:.0f} -> "
               f"{tree_rss_mb(proc.pid):.0f} MB")
 
@@ -184,7 +175,7 @@ try:
                    b"boundary=b\r\nContent-Length: %d\r\n\r\n" % len(form)) + form
         rss0, server0 = tree_rss_mb(proc.pid), b.rss_bytes(proc.pid) / 2**20
         held, statuses = [], []
-        for _ in range(24):  # in turn, as in the issue: each answered, then left unread
+        for _ in range(24):  # in turn, not at once: each answered, then left unread
             s_ = socket.socket()
             s_.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             s_.connect(("127.0.0.1", port))
@@ -223,25 +214,8 @@ try:
               f"{rss0:.0f} -> {tree_rss_mb(proc.pid):.0f} MB")
 
     if "I" in ROWS:
-        async def dribble(method, declared):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            t0 = time.monotonic()
-            head = f"{method} /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n\r\n"
-            writer.write(head.encode() + b"x")
-            status = (await reader.readline()).split()[1].decode()
-            while time.monotonic() - t0 < 60:
-                try:
-                    if await asyncio.wait_for(reader.read(65536), 3) == b"":
-                        return status, f"closed after {time.monotonic() - t0:.1f} s"
-                except asyncio.TimeoutError:
-                    pass
-                except OSError:
-                    return status, f"reset after {time.monotonic() - t0:.1f} s"
-                writer.write(b"x")
-            return status, "open after 60 s"
-
         for method, declared in (("GET", 100_000_000), ("POST", 10_000_000)):
-            status, end = asyncio.run(dribble(method, declared))
+            status, end = asyncio.run(dribble_unread_body(port, method, declared))
             print(f"I: {method} /healthz declaring {declared} bytes, a byte every 3 s: {status}, {end}")
 
     if "G" in ROWS:

@@ -8,11 +8,11 @@ from collections import Counter
 import pytest
 
 from benchmarks.serve import (
+    EVASIVE_KINDS,
     HOSTILE_KINDS,
-    ISSUE54_KINDS,
     RAW_REQUESTS,
     RssSampler,
-    issue54_payloads,
+    evasive_payloads,
     soak_kinds,
     soak_summary,
     tree_cpu_seconds,
@@ -25,7 +25,7 @@ def test_soak_cycle_mixes_valid_bad_and_every_hostile_kind() -> None:
     assert {k: counts[k] for k in HOSTILE_KINDS} == dict.fromkeys(HOSTILE_KINDS, 1)
     valid = counts["png"] + counts["jpg"]
     assert (valid, sum(counts.values()) - valid - len(HOSTILE_KINDS)) == (52, 12)  # 20 % of 64 bad
-    assert set(RAW_REQUESTS) <= set(HOSTILE_KINDS) and set(ISSUE54_KINDS) <= set(HOSTILE_KINDS)
+    assert set(RAW_REQUESTS) <= set(HOSTILE_KINDS) and set(EVASIVE_KINDS) <= set(HOSTILE_KINDS)
 
 
 def test_soak_summary_counts_5xx_and_reads_rss_at_start_middle_and_end() -> None:
@@ -57,8 +57,8 @@ def test_the_soaks_hostile_rows_are_refused_by_the_cheap_checks_or_read_as_expec
 
     from sr.io import AnimatedImageError, DecodeLimitError, read_size
 
-    rows = issue54_payloads()
-    assert set(rows) == set(ISSUE54_KINDS)
+    rows = evasive_payloads()
+    assert set(rows) == set(EVASIVE_KINDS)
     for kind in ("A-scan-junk", "B-itxt", "E-fill-jpeg", "E-rle8-bmp", "E-tiff-chain"):
         t0 = time.perf_counter()
         with pytest.raises(AnimatedImageError if kind == "E-tiff-chain" else DecodeLimitError):
