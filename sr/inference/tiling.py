@@ -120,8 +120,8 @@ def fastest_tile(
 # keeps one tile's activations within a fraction of the free memory.
 ACTIVATION_BYTES_PER_CHANNEL_PX = 12
 AUTO_TILE_MEMORY_FRACTION = {"cpu": 0.25, "mps": 0.25, "cuda": 0.5}
-# CPU: 512 px, not more. A 512 px tile of asa-base-x2 holds ~290 MB of fp32 activations (VmHWM, issue
-# 43), a 1024 px one ~1.2 GB; with 512 a 4000x3000 photo to x2 stays within 1 GB of peak RSS (input,
+# CPU: 512 px, not more. A 512 px tile of asa-base-x2 holds ~290 MB of fp32 activations (VmHWM), a
+# 1024 px one ~1.2 GB; with 512 a 4000x3000 photo to x2 stays within 1 GB of peak RSS (input,
 # 8-bit output canvas, one band of tile rows, one tile), and the overlap recomputed costs ~3% more.
 # Within this bound the CPU's auto tile follows measured speed (CPU_TILE_COST below).
 AUTO_TILE_MAX = {"cpu": 512, "mps": 1024, "cuda": 2048}

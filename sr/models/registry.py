@@ -9,7 +9,7 @@ from .macs import count_forward_macs
 from .network import NetConfig, SRNet
 
 ASA = {"region": 4, "k_min": 0, "k_max": 8, "budget": 4.0, "stride": 2, "detail_prior": 0.5}
-# The second design (issue "make the attention pay"): full-resolution queries (stride 1), half the
+# The second design, for attention that pays its cost: full-resolution queries (stride 1), half the
 # mean budget with a cap 6x the mean, so the most detailed regions can hold most of it, and a
 # sharper detail prior. Its training path is tiered by budget, so the lower mean is what it costs.
 ASA2 = {"region": 4, "k_min": 0, "k_max": 12, "budget": 2.0, "stride": 1, "detail_prior": 1.0}

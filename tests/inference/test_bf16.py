@@ -1,7 +1,7 @@
 """bf16 against fp32 through the whole engine: plain, tiled and static paths, and the budget maps.
 
-Tolerance: outputs within 45 dB PSNR of fp32's (the issue's bar; measured 56-57 dB for the tiny
-model and asa-base-x2 here), budget maps within a few flipped regions (bf16 can move a routing
+Tolerance: outputs within 45 dB PSNR of fp32's (docs/inference.md's bar; measured 56-57 dB for the
+tiny model and asa-base-x2 here), budget maps within a few flipped regions (bf16 can move a routing
 score across a top-k boundary, which changes that region's count, never the map's meaning).
 """
 
