@@ -1,4 +1,5 @@
-"""Issue 45's probe against a real `sr serve` (shipped asa-base x2, 1 worker, queue 4, SR_TIMEOUT_S=10).
+"""The service's admission and decode guards against a real `sr serve` (shipped asa-base x2, 1 worker,
+queue 4, SR_TIMEOUT_S=10), on loopback.
 
     PYTHONPATH=. python docs/service_probe.py
 
