@@ -1,6 +1,7 @@
 """The channel kinds, ``channel`` (squeeze-and-excitation gating) and ``channel-sa`` (Restormer's
-transposed attention): against naive references written with loops over channels, shapes and dtypes,
-gradients, ONNX against torch, and what ``sr info`` and ``sr train --attention`` make of them."""
+transposed attention): against naive references written with loops over channels, and what ``sr info``
+and ``sr train --attention`` make of them (shapes, bf16, gradients and ONNX, alike for the spatial
+kinds: test_attention_channel_spatial.py)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,7 @@ from sr.commands.info import attention_summary
 from sr.models import NetConfig, build_model
 from sr.models.attention import get_attention, make_attention
 from sr.models.registry import ASA
-from tests.models.attention_checks import (
-    all_parameters_learn,
-    frame,
-    needs_onnx,
-    onnx_matches_torch,
-    strong_block,
-    trains_through_sr_train,
-)
+from tests.models.attention_checks import frame, strong_block, trains_through_sr_train
 
 KINDS = ("channel", "channel-sa")
 
@@ -67,7 +61,7 @@ def mdta_core(heads: int):
 
 @pytest.mark.parametrize("reduction", [1, 2, 4])
 def test_channel_gate_matches_the_naive_squeeze_and_excitation(reduction):
-    block = strong_block("channel", 8, 2, reduction=reduction)
+    block = strong_block("channel", 8, 2, reduction=reduction, all_weights=True)
     x = torch.randn(2, 8, 5, 7, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         got = block(x)
@@ -76,7 +70,7 @@ def test_channel_gate_matches_the_naive_squeeze_and_excitation(reduction):
 
 @pytest.mark.parametrize("heads", [1, 3])
 def test_channel_self_attention_matches_the_naive_transposed_attention(heads):
-    block = strong_block("channel-sa", 12, heads, seed=heads)
+    block = strong_block("channel-sa", 12, heads, seed=heads, all_weights=True)
     x = torch.randn(2, 12, 6, 5, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         got = block(x.contiguous(memory_format=torch.channels_last))  # the engine's layout
@@ -95,48 +89,6 @@ def test_channel_self_attention_temperature_sharpens_each_head_alone():
     for ch in range(4):
         assert min((out[0, ch] - v[0, j]).abs().max() for j in range(4)) < 1e-5
     assert all((out[0, ch] - v[0, j]).abs().max() > 1e-3 for ch in range(4, 8) for j in range(4, 8))
-
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("hw", [(1, 1), (5, 3), (17, 23)])
-@pytest.mark.parametrize("stride", [1, 2])
-def test_shapes_and_dtype_at_odd_sizes(kind, hw, stride):
-    block = strong_block(kind, 12, 3, stride=stride)
-    x = torch.randn(2, 12, *hw).contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        y = block(x)
-    assert y.shape == x.shape and y.dtype == torch.float32 and torch.isfinite(y).all()
-
-
-@pytest.mark.cpu_bf16
-@pytest.mark.parametrize("kind", KINDS)
-def test_bf16_autocast_and_bf16_weights_follow_fp32(kind):
-    block = strong_block(kind, 12, 3)
-    x = torch.randn(1, 12, 16, 20, generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        ref = block(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # training's bf16
-            q, k, v = block.project(x)
-            core = block.attend(q, k, v, x, None)
-            auto = block(x)
-        cast = block.to(torch.bfloat16)(x.bfloat16())  # inference's bf16: weights and input cast
-    assert core.dtype == torch.bfloat16 and cast.dtype == torch.bfloat16
-    scale = ref.abs().max()
-    for y in (auto, cast):
-        assert torch.isfinite(y).all()
-        assert (y.float() - ref).abs().max() < 0.05 * scale
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_every_parameter_and_the_input_get_a_gradient(kind):
-    all_parameters_learn(make_attention(kind, 12, 3), torch.randn(2, 12, 7, 9))
-
-
-@needs_onnx
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", KINDS)
-def test_onnx_export_matches_torch_at_every_size(kind):
-    onnx_matches_torch(strong_block(kind, 8, 2), [(12, 10), (7, 9), (1, 1), (33, 17)])
 
 
 def test_options_are_stated_in_the_registry_and_checked():

@@ -9,12 +9,15 @@ import torch.nn.functional as F
 
 from sr.models.attention import ATTENTION_KINDS, WindowAttention, get_attention, make_attention
 from sr.models.attention.dilated import DilatedAttention
-from tests.models.token_attention_checks import (
+from tests.models.attention_checks import (
+    bf16_core_follows_reference,
     compiles_without_graph_breaks,
+    follows_fp32_under_bf16_autocast,
     gradients_reach_everything,
     masked_dense,
     needs_onnx,
     onnx_matches_torch,
+    qkv,
     sr_info_lines,
     sr_train_builds,
     strong_block,
@@ -33,11 +36,6 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, win
     places = [place(y, x) for y in range(h) for x in range(w)]
     blocked = torch.tensor([[a != b for b in places] for a in places])
     return masked_dense(q, k, v, heads, blocked)
-
-
-def qkv(c: int, h: int, w: int, seed: int = 0, b: int = 2) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(b, c, h, w, generator=g) for _ in range(3)]
 
 
 # whole spans (window * dilation) of odd and even windows; the span is the whole map; no dilation
@@ -80,27 +78,14 @@ def test_dilation_one_is_unshifted_window_attention():
 def test_module_shapes_dtypes_alignment_and_bf16_autocast():
     block = strong_block("dilated", 8, 2, window=3, dilation=2, stride=2)
     assert type(block) is DilatedAttention and block.align == 12
-    x = torch.rand(2, 8, 13, 10)
-    with torch.no_grad():
-        y = block(x)
-        q, k, v = qkv(8, 12, 18)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            low = block.attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), q, None)
-    assert y.shape == x.shape and y.dtype == torch.float32
-    assert low.shape == (2, 8, 12, 18) and low.dtype == torch.bfloat16
-    torch.testing.assert_close(low.float(), reference(q, k, v, 2, 3, 2), atol=0.05, rtol=0.02)
+    q, k, v = qkv(8, 12, 18)
+    bf16_core_follows_reference(block, torch.rand(2, 8, 13, 10), q, k, v, reference(q, k, v, 2, 3, 2))
 
 
 @pytest.mark.cpu_bf16
 def test_block_runs_under_bf16_autocast():
     block = strong_block("dilated", 8, 2, window=3, dilation=2)
-    x = torch.rand(1, 8, 11, 14)
-    with torch.no_grad():
-        want = block(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            got = block(x)
-    assert got.shape == want.shape and torch.isfinite(got).all()
-    torch.testing.assert_close(got.float(), want, atol=0.1, rtol=0.02)
+    follows_fp32_under_bf16_autocast(block, torch.rand(1, 8, 11, 14))
 
 
 def test_gradients_reach_the_input_and_every_parameter():

@@ -9,11 +9,14 @@ import torch.nn.functional as F
 
 from sr.models.attention import ATTENTION_KINDS, get_attention, make_attention
 from sr.models.attention.linear import LinearAttention, linear_attention
-from tests.models.token_attention_checks import (
+from tests.models.attention_checks import (
+    bf16_core_follows_reference,
     compiles_without_graph_breaks,
+    follows_fp32_under_bf16_autocast,
     gradients_reach_everything,
     needs_onnx,
     onnx_matches_torch,
+    qkv,
     sr_info_lines,
     sr_train_builds,
     strong_block,
@@ -31,11 +34,6 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> 
         s = (fq[:, :, :, n, None] * fk).sum(2)  # (B, heads, N): the similarity of query n to every key
         out[:, :, :, n] = (s[:, :, None, :] * vv).sum(-1) / s.sum(-1)[:, :, None]
     return out.reshape(b, c, h, w).float()
-
-
-def qkv(c: int, h: int, w: int, seed: int = 0, b: int = 2) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(b, c, h, w, generator=g) for _ in range(3)]
 
 
 @pytest.mark.parametrize("h, w, heads", [(7, 9, 3), (5, 1, 1), (1, 1, 2), (11, 6, 6)])
@@ -67,27 +65,13 @@ def test_stays_finite_where_sums_over_a_large_map_would_overflow_half_precision(
 def test_module_shapes_dtypes_and_bf16_autocast():
     block = strong_block("linear", 8, 2, stride=2)
     assert type(block) is LinearAttention and block.align == 1
-    x = torch.rand(2, 8, 13, 10)
-    with torch.no_grad():
-        y = block(x)
-        q, k, v = qkv(8, 13, 10)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            low = block.attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), q, None)
-    assert y.shape == x.shape and y.dtype == torch.float32
-    assert low.shape == (2, 8, 13, 10) and low.dtype == torch.bfloat16
-    torch.testing.assert_close(low.float(), reference(q, k, v, 2), atol=0.05, rtol=0.02)
+    q, k, v = qkv(8, 13, 10)
+    bf16_core_follows_reference(block, torch.rand(2, 8, 13, 10), q, k, v, reference(q, k, v, 2))
 
 
 @pytest.mark.cpu_bf16
 def test_block_runs_under_bf16_autocast():
-    block = strong_block("linear", 8, 2)
-    x = torch.rand(1, 8, 11, 14)
-    with torch.no_grad():
-        want = block(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            got = block(x)
-    assert got.shape == want.shape and torch.isfinite(got).all()
-    torch.testing.assert_close(got.float(), want, atol=0.1, rtol=0.02)
+    follows_fp32_under_bf16_autocast(strong_block("linear", 8, 2), torch.rand(1, 8, 11, 14))
 
 
 def test_gradients_reach_the_input_and_every_parameter():

@@ -7,12 +7,15 @@ import torch
 
 from sr.models.attention import ATTENTION_KINDS, get_attention, make_attention
 from sr.models.attention.local import LocalAttention, neighbourhood_attention
-from tests.models.token_attention_checks import (
+from tests.models.attention_checks import (
+    bf16_core_follows_reference,
     compiles_without_graph_breaks,
+    follows_fp32_under_bf16_autocast,
     gradients_reach_everything,
     masked_dense,
     needs_onnx,
     onnx_matches_torch,
+    qkv,
     sr_info_lines,
     sr_train_builds,
     strong_block,
@@ -41,11 +44,6 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, ker
                 for x in window(j, w, kernel):
                     blocked[i * w + j, y * w + x] = False
     return masked_dense(q, k, v, heads, blocked)
-
-
-def qkv(c: int, h: int, w: int, seed: int = 0, b: int = 2) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(b, c, h, w, generator=g) for _ in range(3)]
 
 
 # odd sizes; a side shorter than the kernel (the window is the whole side); a single token
@@ -96,27 +94,13 @@ def test_translation_equivariant_away_from_the_borders():
 def test_module_shapes_dtypes_and_bf16_autocast():
     block = strong_block("local", 8, 2, kernel=3, stride=2)
     assert type(block) is LocalAttention and block.align == 2
-    x = torch.rand(2, 8, 13, 10)
-    with torch.no_grad():
-        y = block(x)
-        q, k, v = qkv(8, 13, 10)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            low = block.attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), q, None)
-    assert y.shape == x.shape and y.dtype == torch.float32
-    assert low.shape == (2, 8, 13, 10) and low.dtype == torch.bfloat16
-    torch.testing.assert_close(low.float(), reference(q, k, v, 2, 3), atol=0.05, rtol=0.02)
+    q, k, v = qkv(8, 13, 10)
+    bf16_core_follows_reference(block, torch.rand(2, 8, 13, 10), q, k, v, reference(q, k, v, 2, 3))
 
 
 @pytest.mark.cpu_bf16
 def test_block_runs_under_bf16_autocast():
-    block = strong_block("local", 8, 2, kernel=5)
-    x = torch.rand(1, 8, 11, 14)
-    with torch.no_grad():
-        want = block(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            got = block(x)
-    assert got.shape == want.shape and torch.isfinite(got).all()
-    torch.testing.assert_close(got.float(), want, atol=0.1, rtol=0.02)
+    follows_fp32_under_bf16_autocast(strong_block("local", 8, 2, kernel=5), torch.rand(1, 8, 11, 14))
 
 
 def test_gradients_reach_the_input_and_every_parameter():

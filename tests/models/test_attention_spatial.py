@@ -1,6 +1,7 @@
 """The spatial kinds, ``spatial`` (CBAM's spatial attention) and ``cbam`` (channel gate, then spatial
-map): against naive references written with loops over pixels and channels, locality, shapes and
-dtypes, gradients, ONNX against torch, and what ``sr info`` and ``sr train --attention`` make of them."""
+map): against naive references written with loops over pixels and channels, locality, and what
+``sr info`` and ``sr train --attention`` make of them (shapes, bf16, gradients and ONNX, alike for the
+channel kinds: test_attention_channel_spatial.py)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,7 @@ from sr.commands.info import attention_summary
 from sr.models import NetConfig
 from sr.models.attention import get_attention, make_attention
 from sr.models.registry import ASA
-from tests.models.attention_checks import (
-    all_parameters_learn,
-    frame,
-    needs_onnx,
-    onnx_matches_torch,
-    strong_block,
-    trains_through_sr_train,
-)
+from tests.models.attention_checks import frame, strong_block, trains_through_sr_train
 
 KINDS = ("spatial", "cbam")
 
@@ -84,7 +78,7 @@ def cbam_core(w: dict, q, k, v: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("spatial_kernel", [7, 3, 1])
 def test_spatial_matches_the_naive_pixel_loop(spatial_kernel):
-    block = strong_block("spatial", 8, 2, spatial_kernel=spatial_kernel)
+    block = strong_block("spatial", 8, 2, spatial_kernel=spatial_kernel, all_weights=True)
     x = torch.randn(2, 8, 6, 9, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         got = block(x.contiguous(memory_format=torch.channels_last))  # the engine's layout
@@ -93,7 +87,7 @@ def test_spatial_matches_the_naive_pixel_loop(spatial_kernel):
 
 @pytest.mark.parametrize("reduction, spatial_kernel", [(4, 7), (2, 5)])
 def test_cbam_matches_the_naive_channel_then_pixel_loops(reduction, spatial_kernel):
-    block = strong_block("cbam", 8, 2, reduction=reduction, spatial_kernel=spatial_kernel)
+    block = strong_block("cbam", 8, 2, reduction=reduction, spatial_kernel=spatial_kernel, all_weights=True)
     x = torch.randn(2, 8, 7, 5, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         got = block(x)
@@ -107,7 +101,8 @@ def test_spatial_sees_only_its_neighbourhood_and_cbam_the_whole_map():
     far = x.clone()
     far[..., 19, 19] += 5.0
     for kind, local in (("spatial", True), ("cbam", False)):
-        block = strong_block(kind, 8, 2, spatial_kernel=5, reduction=1)  # (spatial ignores reduction)
+        # (spatial ignores reduction)
+        block = strong_block(kind, 8, 2, spatial_kernel=5, reduction=1, all_weights=True)
         with torch.no_grad():
             change = (block(far) - block(x)).abs().amax(dim=1)[0]  # (H, W)
         assert change[19, 19] > 0
@@ -117,56 +112,14 @@ def test_spatial_sees_only_its_neighbourhood_and_cbam_the_whole_map():
 
 def test_spatial_on_a_tile_that_starts_on_its_grid_matches_the_whole_map_inside():
     # the engine tiles at multiples of ``align``; at stride 2 that is the pooling grid
-    block = strong_block("spatial", 8, 2, spatial_kernel=3, stride=2)
-    assert block.align == 2 and strong_block("spatial", 8, 2).align == 1
+    block = strong_block("spatial", 8, 2, spatial_kernel=3, stride=2, all_weights=True)
+    assert block.align == 2 and strong_block("spatial", 8, 2, all_weights=True).align == 1
     x = torch.randn(1, 8, 24, 26, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         whole, tile = block(x), block(x[..., 4:20, 6:24])
     m = 6  # the tile's border, within the block's reach (pooling, LePE, the 3 x 3 map, upsampling)
     torch.testing.assert_close(tile[..., m:-m, m:-m], whole[..., 4 + m : 20 - m, 6 + m : 24 - m],
                                atol=1e-5, rtol=0)
-
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("hw", [(1, 1), (5, 3), (17, 23)])
-@pytest.mark.parametrize("stride", [1, 2])
-def test_shapes_and_dtype_at_odd_sizes(kind, hw, stride):
-    block = strong_block(kind, 12, 3, stride=stride)
-    x = torch.randn(2, 12, *hw).contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        y = block(x)
-    assert y.shape == x.shape and y.dtype == torch.float32 and torch.isfinite(y).all()
-
-
-@pytest.mark.cpu_bf16
-@pytest.mark.parametrize("kind", KINDS)
-def test_bf16_autocast_and_bf16_weights_follow_fp32(kind):
-    block = strong_block(kind, 12, 3)
-    x = torch.randn(1, 12, 16, 20, generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        ref = block(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # training's bf16
-            q, k, v = block.project(x)
-            core = block.attend(q, k, v, x, None)
-            auto = block(x)
-        cast = block.to(torch.bfloat16)(x.bfloat16())  # inference's bf16: weights and input cast
-    assert core.dtype == torch.bfloat16 and cast.dtype == torch.bfloat16
-    scale = ref.abs().max()
-    for y in (auto, cast):
-        assert torch.isfinite(y).all()
-        assert (y.float() - ref).abs().max() < 0.05 * scale
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_every_parameter_and_the_input_get_a_gradient(kind):
-    all_parameters_learn(make_attention(kind, 12, 3), torch.randn(2, 12, 7, 9))
-
-
-@needs_onnx
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", KINDS)
-def test_onnx_export_matches_torch_at_every_size(kind):
-    onnx_matches_torch(strong_block(kind, 8, 2), [(12, 10), (7, 9), (1, 1), (33, 17)])
 
 
 def test_options_are_stated_in_the_registry_and_checked():
