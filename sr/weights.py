@@ -29,6 +29,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_save
 
+from .cache import file_key
 from .descriptor import ModelDescriptor
 from .io import atomic_write
 from .models import NetConfig, SRNet, count_params
@@ -255,13 +256,6 @@ def blend_state_dicts(
         else:
             out[key] = (1 - amount) * a + amount * b
     return out
-
-
-def file_key(path: Path) -> tuple[str, int, int]:
-    """A cache key that changes when the file is replaced (provisional weights get overwritten): the
-    blend cache's here, sr.external's caches of recognised models and file hashes."""
-    st = path.stat()
-    return str(path.resolve()), st.st_mtime_ns, st.st_size
 
 
 # A cache key: a file's (file_key), or a blend's (base key, other key, amount), which nests.

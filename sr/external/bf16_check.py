@@ -13,26 +13,21 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from ..cache import cache_dir, file_key
 from ..descriptor import ModelDescriptor
 from ..io import atomic_write
-from ..weights import file_key
 
 MIN_AGREEMENT_DB = 50.0
 CHECK_SIZE = 48  # the check image's side: every architecture's receptive field sees edges and texture
 CACHE_FILE = "bf16-checks.json"
 _lock = threading.Lock()
 _hashes: dict[tuple[str, int, int], str] = {}
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("SR_CACHE_DIR") or Path.home() / ".cache" / "sr")
 
 
 def check_image(size: int = CHECK_SIZE) -> torch.Tensor:

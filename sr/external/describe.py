@@ -15,9 +15,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from ..cache import file_key
 from ..descriptor import ArchInfo, ModelDescriptor
 from ..shipped import MODEL_SUFFIXES
-from ..weights import file_key
 from .files import ModelFileError, read_state_dict
 from .network import ExternalNet
 

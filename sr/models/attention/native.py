@@ -9,8 +9,8 @@ the installed torch's headers (:func:`torch.utils.cpp_extension.include_paths`) 
 loaded with ctypes. It needs only ``ATen/Parallel.h`` (torch's thread pool), so a build takes seconds,
 not the minute a Tensor-header extension takes, and it needs no ninja. The library holds AVX-512,
 AVX2 and baseline variants chosen at run time, so one build serves any x86-64 CPU. It is cached in
-``$SR_CACHE_DIR/kernels`` (default ``~/.cache/sr/kernels``, the root :func:`sr.external.bf16_check.cache_dir`
-uses) under a key of the torch version, the machine architecture and a hash of the source and flags;
+``$SR_CACHE_DIR/kernels`` (default ``~/.cache/sr/kernels``, the root :func:`sr.cache.cache_dir`
+names) under a key of the torch version, the machine architecture and a hash of the source and flags;
 a file lock makes concurrent processes build it once, and a failed build is recorded under the same
 key and compiler, so nobody waits on a compile twice. Where there is no compiler, the build fails, the
 library does not load or its output on a check problem differs from the tiered path, or
@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from ...cache import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +77,7 @@ class Unavailable:
 
 
 def cache_root() -> Path:
-    """``$SR_CACHE_DIR`` or ``~/.cache/sr`` (the rule of :func:`sr.external.bf16_check.cache_dir`)."""
-    from sr.external.bf16_check import cache_dir
-
+    """``$SR_CACHE_DIR/kernels``, else ``~/.cache/sr/kernels`` (:func:`sr.cache.cache_dir`)."""
     return cache_dir() / "kernels"
 
 
