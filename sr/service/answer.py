@@ -10,7 +10,8 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only
-    from .running import JobResult, UpscaleJob
+    from .planning import UpscaleJob
+    from .running import JobResult
 
 # Headers of every image answer.
 NO_SNIFF_NO_STORE = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}

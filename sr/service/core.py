@@ -32,8 +32,8 @@ from .formats import mime_types
 from .hub import ModelHub
 from .intake import AdmissionState, Intake
 from .jobs import ClientGoneError, JobPool
-from .planning import Planner, plan_work
-from .running import JobLimits, JobResult, UpscaleJob, run_job
+from .planning import JobLimits, Planner, UpscaleJob, plan_work
+from .running import JobResult, run_job
 from .sandbox import Limits, Sandbox
 from .settings import Settings
 from .upload import Upload, decode_errors_of, read_upload

@@ -1,6 +1,7 @@
-"""A job's work, planned before any of it is done: :func:`plan_work` (the engine's own plan, against
-the server's output and work limits) and :class:`Planner` (also against the time limit, at the work
-model's predicted seconds).
+"""An upload's job (:class:`UpscaleJob`, under this server's :class:`JobLimits`) and its work, planned
+before any of it is done: :func:`plan_work` (the engine's own plan, against the server's output and
+work limits) and :class:`Planner` (also against the time limit, at the work model's predicted
+seconds).
 
 A request is planned once, at admission, on the size its header gives, and again only when the
 decoded size differs (an orientation the header read missed): :func:`sr.service.running.run_job`.
@@ -8,15 +9,57 @@ decoded size differs (an orientation the header read missed): :func:`sr.service.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from sr.request import UpscaleRequest
 
 from .work_model import Work, WorkModel
 
 if TYPE_CHECKING:  # annotations only
     from sr.inference import Upscaler
 
-    from .running import UpscaleJob
+    from .settings import Settings
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """This server's limits on a job (None: none)."""
+
+    max_pixels: int                        # input pixels
+    max_output_pixels: int | None = None
+    max_work_pixels: int | None = None
+    timeout_s: float | None = None         # the request's time limit: the decode's wall-clock allowance too
+
+    @classmethod
+    def of(cls, settings: Settings) -> JobLimits:
+        return cls(settings.max_pixels, settings.max_output_pixels, settings.max_work_pixels,
+                   settings.timeout_s)
+
+
+@dataclass
+class UpscaleJob:
+    """One upload's job: its bytes, what it asks for (validated), and this server's limits on it."""
+
+    data: bytes
+    request: UpscaleRequest  # size, format and quality, tta, budget map (model/denoise/look: the engine's)
+    limits: JobLimits
+    budget_k_max: float | None = None  # heat-map scale: the model's k_max, so maps compare across images
+    keep_budget_map: bool = False  # also return the budget map's colour levels with the image
+    stop: threading.Event = field(default_factory=threading.Event)  # set when the request gives up
+    # (width, height) the admitted plan is for: the header's; the decode plans again only if it differs
+    planned_size: tuple[int, int] | None = None
+    submitted: float = field(default_factory=time.perf_counter)
+    # network cost per output pixel of the model and of its pre model, relative to the model the
+    # work model is calibrated on (ModelCatalog.cost): 1.0 for the weights folder's families
+    cost: tuple[float, float] = (1.0, 0.0)
+    teaches: bool = True  # whether its time teaches the work model (ModelCatalog.calibrated)
+
+    def should_stop(self) -> bool:
+        """Whether to give up now: polled between stages, by the engine and by the decoder."""
+        return self.stop.is_set()
 
 
 class WorkLimitError(ValueError):

@@ -1,14 +1,12 @@
-"""One admitted upscale job and its run in a worker thread: :class:`UpscaleJob` in, decode (in the
-sandbox) -> engine -> encode, timed per stage (:func:`run_job`), a typed :class:`JobResult` out."""
+"""An admitted upscale job's run in a worker thread: :class:`~sr.service.planning.UpscaleJob` in,
+decode (in the sandbox) -> engine -> encode, timed per stage (:func:`run_job`), a typed
+:class:`JobResult` out."""
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-from sr.request import UpscaleRequest
 
 from .budget_maps import heatmap_png
 from .formats import output_format
@@ -19,51 +17,12 @@ if TYPE_CHECKING:  # annotations only
 
     from sr.inference import Upscaler
 
-    from .planning import Planner
+    from .planning import Planner, UpscaleJob
     from .sandbox import Sandbox
-    from .settings import Settings
 
 
 class NoBudgetMapError(ValueError):
     """A budget map asked of a model without adaptive attention blocks (-> 422)."""
-
-
-@dataclass(frozen=True)
-class JobLimits:
-    """This server's limits on a job (None: none)."""
-
-    max_pixels: int                        # input pixels
-    max_output_pixels: int | None = None
-    max_work_pixels: int | None = None
-    timeout_s: float | None = None         # the request's time limit: the decode's wall-clock allowance too
-
-    @classmethod
-    def of(cls, settings: Settings) -> JobLimits:
-        return cls(settings.max_pixels, settings.max_output_pixels, settings.max_work_pixels,
-                   settings.timeout_s)
-
-
-@dataclass
-class UpscaleJob:
-    """One upload's job: its bytes, what it asks for (validated), and this server's limits on it."""
-
-    data: bytes
-    request: UpscaleRequest  # size, format and quality, tta, budget map (model/denoise/look: the engine's)
-    limits: JobLimits
-    budget_k_max: float | None = None  # heat-map scale: the model's k_max, so maps compare across images
-    keep_budget_map: bool = False  # also return the budget map's colour levels with the image
-    stop: threading.Event = field(default_factory=threading.Event)  # set when the request gives up
-    # (width, height) the admitted plan is for: the header's; the decode plans again only if it differs
-    planned_size: tuple[int, int] | None = None
-    submitted: float = field(default_factory=time.perf_counter)
-    # network cost per output pixel of the model and of its pre model, relative to the model the
-    # work model is calibrated on (ModelCatalog.cost): 1.0 for the weights folder's families
-    cost: tuple[float, float] = (1.0, 0.0)
-    teaches: bool = True  # whether its time teaches the work model (ModelCatalog.calibrated)
-
-    def should_stop(self) -> bool:
-        """Whether to give up now: polled between stages, by the engine and by the decoder."""
-        return self.stop.is_set()
 
 
 @dataclass(frozen=True)

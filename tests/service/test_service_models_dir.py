@@ -231,8 +231,7 @@ def test_admission_counts_the_models_cost(make_client, models_dir) -> None:
     assert pre_cost == pytest.approx(9_443 / 1 / ref)
     assert hub.catalog.cost("asa-small") == (1.0, 0.0)  # the weights folder's families: as before
     from sr.request import UpscaleRequest
-    from sr.service.planning import plan_work
-    from sr.service.running import JobLimits, UpscaleJob
+    from sr.service.planning import JobLimits, UpscaleJob, plan_work
 
     limits = JobLimits.of(service.settings)
     plain = UpscaleJob(b"", UpscaleRequest(scale=4, model="compact-x4.safetensors"), limits,
