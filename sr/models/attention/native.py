@@ -1,6 +1,6 @@
 """The fused CPU kernel for routed region attention (``routed_kernel.cpp``): built once, cached, called.
 
-:func:`fused_routed_attention` is :func:`~.routing.tiered_attention`'s contract in one native call:
+:func:`fused_routed_attention` is :func:`~.tiered.tiered_attention`'s contract in one native call:
 each query region's tokens attend to its routed key regions' tokens read in place from the token rows
 (no gathered copies), fp32 softmax, fp32 accumulation, fp32 or bf16 in and out.
 
@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from ...cache import cache_dir
+from .tiered import region_token_ids, tiered_attention
 
 log = logging.getLogger(__name__)
 
@@ -240,8 +241,6 @@ def kernel_status() -> str:
 def _agrees(k: Kernel) -> bool:
     """The kernel on two small odd problems (two images, k = 0 regions, several tiers; head sizes 16 and
     10) against the tiered path, fp32."""
-    from .routing import region_token_ids, tiered_attention
-
     g = torch.Generator().manual_seed(0)
     b, h, w, p = 2, 8, 12, 4
     tokens = region_token_ids(b, h, w, p, torch.device("cpu"))
@@ -293,7 +292,7 @@ def supported(q_rows: torch.Tensor) -> bool:
 
 def call(k: Kernel, q_rows: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, tokens: torch.Tensor,
          idx: torch.Tensor, k_int: torch.Tensor, heads: int, isa: int = -1) -> torch.Tensor:
-    """Run the kernel: the arguments of :func:`~.routing.tiered_attention`; ``isa`` forces a variant
+    """Run the kernel: the arguments of :func:`~.tiered.tiered_attention`; ``isa`` forces a variant
     (2 AVX-512, 1 AVX2, 0 baseline; -1 the best this CPU runs). Returns (T, C) rows in q's dtype."""
     t, c = q_rows.shape
     dtype = q_rows.dtype
@@ -326,7 +325,7 @@ def _within(t: torch.Tensor, end: int) -> bool:
 
 
 def fused_routed_attention(q_rows, k_rows, v_rows, tokens, idx, k_int, heads, stats: dict | None = None):
-    """:func:`~.routing.tiered_attention` through the kernel (which must be loaded: :func:`kernel`)."""
+    """:func:`~.tiered.tiered_attention` through the kernel (which must be loaded: :func:`kernel`)."""
     k = kernel()
     assert isinstance(k, Kernel)
     out = call(k, q_rows, k_rows, v_rows, tokens, idx, k_int, heads)
