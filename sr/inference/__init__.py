@@ -1,24 +1,28 @@
 """Inference engine: tiled, thread-safe upscaling of decoded images with shipped or user weights.
 
-``Upscaler(model, ...)`` builds the engine kind :data:`~sr.inference.kinds.ENGINE_KINDS` lists for
-``model`` (:class:`AutoEngine` for "auto", :class:`FamilyEngine` for the rest).
+``Upscaler(model, ...)`` builds the engine kind :data:`ENGINE_KINDS` lists for ``model``
+(:mod:`~sr.inference.kinds` lists the built-in rows: :class:`AutoEngine` for "auto",
+:class:`FamilyEngine` for the rest).
 """
 
+from . import kinds  # noqa: F401  (lists the built-in engine kinds)
 from .auto import AutoEngine
 from .engine import (
     ALPHA_MODES,
     DEFAULT_TILE_OVERLAP,
+    ENGINE_KINDS,
+    EngineKind,
     Plan,
     UpscaleCancelled,
     UpscaleError,
     Upscaler,
     UpscaleResult,
+    add_engine_kind,
     choose_passes,
     list_models,
 )
 from .family import FamilyEngine
 from .heatmap import budget_heatmap
-from .kinds import ENGINE_KINDS, EngineKind, add_engine_kind
 from .model_choice import (
     DEFAULT_DENOISE,
     DEFAULT_LOOK,

@@ -1,7 +1,7 @@
 """The upscaling engine behind ``sr upscale`` and the HTTP service: what callers use of it.
 
 :class:`Upscaler` is the engine's public surface. ``Upscaler(model, ...)`` builds the engine kind
-that :data:`sr.inference.kinds.ENGINE_KINDS` lists for ``model``: a
+that :data:`ENGINE_KINDS` lists for ``model`` (its rows: :mod:`sr.inference.kinds`): a
 :class:`~sr.inference.family.FamilyEngine` (one model family, or one weights file: weights finding,
 denoise/look blending, loading, tiling, passes), or for ``model="auto"`` an
 :class:`~sr.inference.auto.AutoEngine`, which composes two family engines through this same surface
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,12 +35,14 @@ from .options import engine_options
 from .sizing import MAX_OUTPUT_PIXELS, MAX_PASSES, check_intermediate, check_scale, choose_passes, output_size
 from .tiling import ProgressFn, TileFn
 
-__all__ = ["ALPHA_MODES", "DEFAULT_TILE_OVERLAP", "MAX_OUTPUT_PIXELS", "MAX_PASSES", "Plan", "PlannedUpscale",
-           "SizePlan", "StopCheck", "UpscaleCancelled", "UpscaleError", "UpscaleResult", "Upscaler",
-           "choose_passes", "list_models"]
+__all__ = ["ALPHA_MODES", "DEFAULT_TILE_OVERLAP", "ENGINE_KINDS", "MAX_OUTPUT_PIXELS", "MAX_PASSES",
+           "EngineKind", "Plan", "PlannedUpscale", "SizePlan", "StopCheck", "UpscaleCancelled",
+           "UpscaleError", "UpscaleResult", "Upscaler", "add_engine_kind", "choose_passes", "engine_class",
+           "list_models"]
 
 # ((out_h, out_w), model passes): what Upscaler.plan_size gives.
 SizePlan = tuple[tuple[int, int], list[int]]
+Model = str | Path | ModelDescriptor  # what Upscaler(model=...) takes
 
 
 @dataclass
@@ -141,11 +144,8 @@ class Upscaler(ABC):
     tile: int | str | None
     weights_dir: Path
 
-    def __new__(cls, model: str | Path | ModelDescriptor = DEFAULT_CHOICE, *args: object,
-                **kwargs: object) -> Upscaler:
-        if cls is Upscaler:  # Upscaler(...) builds the kind sr.inference.kinds lists for the model
-            from .kinds import engine_class  # imported here: kinds imports the engines, which import us
-
+    def __new__(cls, model: Model = DEFAULT_CHOICE, *args: object, **kwargs: object) -> Upscaler:
+        if cls is Upscaler:  # Upscaler(...) builds the kind ENGINE_KINDS lists first for the model
             cls = engine_class(model)
         return super().__new__(cls)
 
@@ -344,6 +344,39 @@ class PlannedUpscale:
         result = self.engine.run_sized(img, self.size, r.alpha_mode, r.budget_map or budget_map, r.tta,
                                        should_stop, quantize, progress)
         return result if self.choice is None else dataclasses.replace(result, choice=self.choice)
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    """One kind of engine: ``engine`` (an :class:`Upscaler` subclass taking Upscaler's arguments) is
+    what ``Upscaler(model, ...)`` builds where ``serves(model)`` is true."""
+
+    name: str
+    serves: Callable[[Model], bool]
+    engine: type[Upscaler]
+
+
+# The engine kinds Upscaler(model, ...) chooses from, asked in order: a plugin's first (add_engine_kind),
+# then the built-in rows, which sr.inference.kinds lists from above the engines they name.
+ENGINE_KINDS: list[EngineKind] = []
+
+
+def add_engine_kind(kind: EngineKind) -> None:
+    """Make ``Upscaler(model, ...)`` build ``kind.engine`` for the models ``kind.serves``, ahead of the
+    kinds already listed. ValueError for a name already listed or an engine that is not an Upscaler."""
+    if not (isinstance(kind.engine, type) and issubclass(kind.engine, Upscaler)):
+        raise ValueError(f"engine kind {kind.name!r}: {kind.engine!r} is not an Upscaler subclass")
+    if any(k.name == kind.name for k in ENGINE_KINDS):
+        raise ValueError(f"engine kind {kind.name!r} is already listed")
+    ENGINE_KINDS.insert(0, kind)
+
+
+def engine_class(model: Model) -> type[Upscaler]:
+    """The class ``Upscaler(model, ...)`` builds: the first listed kind that serves ``model``."""
+    for kind in ENGINE_KINDS:
+        if kind.serves(model):
+            return kind.engine
+    raise UpscaleError(f"no engine kind serves model {model!r}")
 
 
 def list_models(weights_dir: str | Path | None = None) -> list[dict[str, object]]:

@@ -1,34 +1,21 @@
-"""The engine kinds ``Upscaler(model, ...)`` chooses from: one table, read in order.
+"""The built-in engine kinds, the rows of the table ``Upscaler(model, ...)`` chooses from, in order.
 
-``Upscaler(model, ...)`` builds the engine of the first kind in :data:`ENGINE_KINDS` whose
-``serves(model)`` is true; the family engine, last, serves every model. A plugin adds its own kind with
-one call, ``add_engine_kind(EngineKind("mine", lambda model: model == "mine", MyEngine))``: it goes
-first, so it can claim models that a built-in kind would otherwise take.
+``Upscaler(model, ...)`` builds the engine of the first kind in
+:data:`~sr.inference.engine.ENGINE_KINDS` whose ``serves(model)`` is true: ``auto`` for
+``model="auto"``, then the family engine, last, which serves every model. A plugin adds its own kind
+with one call, ``add_engine_kind(EngineKind("mine", lambda model: model == "mine", MyEngine))``: it
+goes first, so it can claim models that a built-in kind would otherwise take.
+
+The table lives with :class:`~sr.inference.engine.Upscaler`, which reads it; its rows are listed here,
+above the engines they name, so that no engine module imports back the table that names it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-
 from .. import AUTO_MODEL
-from ..descriptor import ModelDescriptor
 from .auto import AutoEngine
-from .engine import Upscaler
+from .engine import ENGINE_KINDS, EngineKind, Model
 from .family import FamilyEngine
-
-Model = str | Path | ModelDescriptor  # what Upscaler(model=...) takes
-
-
-@dataclass(frozen=True)
-class EngineKind:
-    """One kind of engine: ``engine`` (an :class:`~sr.inference.engine.Upscaler` subclass taking
-    Upscaler's arguments) is what ``Upscaler(model, ...)`` builds where ``serves(model)`` is true."""
-
-    name: str
-    serves: Callable[[Model], bool]
-    engine: type[Upscaler]
 
 
 def is_auto(model: Model) -> bool:
@@ -41,22 +28,8 @@ def any_model(model: Model) -> bool:
     return True
 
 
-ENGINE_KINDS: list[EngineKind] = [
+BUILT_IN_KINDS = (
     EngineKind("auto", is_auto, AutoEngine),
     EngineKind("family", any_model, FamilyEngine),
-]
-
-
-def add_engine_kind(kind: EngineKind) -> None:
-    """Make ``Upscaler(model, ...)`` build ``kind.engine`` for the models ``kind.serves``, ahead of the
-    kinds already listed. ValueError for a name already listed or an engine that is not an Upscaler."""
-    if not (isinstance(kind.engine, type) and issubclass(kind.engine, Upscaler)):
-        raise ValueError(f"engine kind {kind.name!r}: {kind.engine!r} is not an Upscaler subclass")
-    if any(k.name == kind.name for k in ENGINE_KINDS):
-        raise ValueError(f"engine kind {kind.name!r} is already listed")
-    ENGINE_KINDS.insert(0, kind)
-
-
-def engine_class(model: Model) -> type[Upscaler]:
-    """The class ``Upscaler(model, ...)`` builds: the first listed kind that serves ``model``."""
-    return next(kind.engine for kind in ENGINE_KINDS if kind.serves(model))
+)
+ENGINE_KINDS.extend(BUILT_IN_KINDS)

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
-from sr.inference import AutoEngine, FamilyEngine, Upscaler, kinds
-from sr.inference.kinds import EngineKind, add_engine_kind, engine_class
+from sr.inference import (
+    ENGINE_KINDS,
+    AutoEngine,
+    EngineKind,
+    FamilyEngine,
+    UpscaleError,
+    Upscaler,
+    add_engine_kind,
+)
+from sr.inference.engine import engine_class
 from sr.io import DecodedImage
 
 
 def test_the_table_lists_auto_then_the_family_engine_for_every_other_model(tiny_x2):
-    listed = [(k.name, k.engine) for k in kinds.ENGINE_KINDS]
+    listed = [(k.name, k.engine) for k in ENGINE_KINDS]
     assert listed == [("auto", AutoEngine), ("family", FamilyEngine)]
     assert engine_class("auto") is AutoEngine
     for model in ("asa-base", "asa-base-x2", tiny_x2, str(tiny_x2)):
@@ -22,10 +32,11 @@ def test_the_table_lists_auto_then_the_family_engine_for_every_other_model(tiny_
 
 
 @pytest.fixture
-def table(monkeypatch) -> list[EngineKind]:
+def table() -> Iterator[list[EngineKind]]:
     """The table as it is, restored after the test."""
-    monkeypatch.setattr(kinds, "ENGINE_KINDS", list(kinds.ENGINE_KINDS))
-    return kinds.ENGINE_KINDS
+    listed = list(ENGINE_KINDS)
+    yield ENGINE_KINDS
+    ENGINE_KINDS[:] = listed
 
 
 def test_a_plugin_adds_a_kind_with_one_call_and_upscaler_builds_it(table, tiny_x2):
@@ -54,3 +65,9 @@ def test_a_kind_must_be_new_and_build_an_upscaler(table):
     with pytest.raises(ValueError, match="is not an Upscaler subclass"):
         add_engine_kind(EngineKind("mine", lambda model: True, dict))  # type: ignore[arg-type]
     assert [k.name for k in table] == ["auto", "family"]
+
+
+def test_a_model_no_listed_kind_serves_is_refused_clearly(table, tiny_x2):
+    table.clear()
+    with pytest.raises(UpscaleError, match="no engine kind serves model 'auto'"):
+        Upscaler("auto")
