@@ -184,8 +184,9 @@ def table(rows: list[Row]) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from sr.cpu import cpu_bf16_kind, cpu_runs_bf16
     from sr.inference import UpscaleError, Upscaler
-    from sr.inference.devices import cpu_bf16_kind, cpu_runs_bf16, usable_cpus
+    from sr.inference.devices import usable_cpus
     from sr.inference.precision import precision_name
     from sr.io import DecodedImage
     from sr.request import UpscaleRequest

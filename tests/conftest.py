@@ -14,7 +14,7 @@ from sr.weights import save_weights
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked cpu_bf16 skip, saying why, on CPUs where torch has no bf16 convolutions."""
-    from sr.inference.devices import cpu_runs_bf16
+    from sr.cpu import cpu_runs_bf16
 
     if cpu_runs_bf16():
         return

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..cache import cache_dir, file_key
+from ..cpu import cpu_bf16_kind
 from ..descriptor import ModelDescriptor
 from ..io import atomic_write
 
@@ -54,8 +55,6 @@ def _file_hash(path: Path) -> str:
 
 
 def _cache_key(path: Path) -> str:
-    from ..inference.devices import cpu_bf16_kind
-
     return f"{_file_hash(path)}|torch {torch.__version__}|{cpu_bf16_kind()}"
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..cpu import cpu_bf16_kind
 from ..io import quantize
-from .devices import cpu_bf16_kind
 
 # A model run on one tile: (h, w, C) float32 -> ((s*h, s*w, C) float32, budget (h, w) float32 or None).
 TileFn = Callable[[np.ndarray], tuple[np.ndarray, "np.ndarray | None"]]
@@ -130,7 +130,7 @@ AUTO_TILE_MAX = {"cpu": 512, "mps": 1024, "cuda": 2048}
 # own ratios. Big tiles are slower per pixel (their activations fall out of the caches), small ones
 # recompute more overlap and pay more per-forward overhead; the auto tile takes the plan of least
 # estimated time (pixels x this cost, overlap and edge tiles included) within the memory bound.
-# One table per kind of CPU (devices.cpu_bf16_kind), each measured on such a machine with one
+# One table per kind of CPU (sr.cpu.cpu_bf16_kind), each measured on such a machine with one
 # thread, CPU time, medians of 3 interleaved rounds, each size over the same 512^2 photograph:
 #   python -m research.tile_speed --precision bf16 --rounds 3 --json bf16-1.json
 #   python -m research.tile_speed --models asa-base-x2 --precision fp32 --rounds 3 --json fp32-a1.json

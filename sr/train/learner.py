@@ -13,7 +13,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from ..inference.devices import cpu_has_amx
+from ..cpu import cpu_has_amx
 from ..models import SRNet, build_config
 from .adversarial import frequency_loss, phase_loss
 from .config import AMP_CHOICES, TrainConfig

@@ -29,7 +29,7 @@ def test_on_disk_counts_outputs_made_or_replaced_since_the_snapshot(tmp_path: Pa
 
 def _fake_cpu(monkeypatch, kind: str) -> None:
     monkeypatch.setattr("sr.inference.precision.cpu_bf16_kind", lambda: kind)
-    monkeypatch.setattr("sr.inference.devices.cpu_bf16_kind", lambda: kind)
+    monkeypatch.setattr("sr.cpu.cpu_bf16_kind", lambda: kind)
     monkeypatch.setattr("sr.inference.precision.cpu_runs_bf16", lambda: kind != "emulated")
     monkeypatch.setattr("sr.inference.precision.cpu_model", lambda: None)  # the kind's rule, not a model's
 

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.attention import Row, checks, crossing, kind_methods, main, method_names
 from sr.cli import main as sr_main
-from sr.inference.devices import cpu_runs_bf16
+from sr.cpu import cpu_runs_bf16
 from sr.models.attention import AttentionBranch, attention_kinds, register_attention, registry
 
 # bf16 rows where this CPU runs bf16 convolutions (the projections are convs); fp32 everywhere

@@ -275,7 +275,7 @@ def test_the_shipped_catalogue_shows_no_tracker_words(capsys: pytest.CaptureFixt
 def test_info_says_the_cpu_precision_and_why(kind: str, said: str, capsys: pytest.CaptureFixture,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sr.inference.precision.cpu_bf16_kind", lambda: kind)
-    monkeypatch.setattr("sr.inference.devices.cpu_bf16_kind", lambda: kind)
+    monkeypatch.setattr("sr.cpu.cpu_bf16_kind", lambda: kind)
     monkeypatch.setattr("sr.inference.precision.cpu_model", lambda: None)  # the kind's rule, not a model's
     assert main(["info", "asa-base-x2"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "CPU precision" in ln)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sr.inference.devices import DeviceError, configure_threads, cpu_has_amx, pick_dtype, resolve_device
+from sr.cpu import cpu_has_amx
+from sr.inference.devices import DeviceError, configure_threads, pick_dtype, resolve_device
 
 
 def test_cpu_names_resolve_and_unknown_names_fail_clearly():

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sr import cpu
 from sr import weights as sr_weights
-from sr.inference import UpscaleError, Upscaler, devices, precision
+from sr.inference import UpscaleError, Upscaler, precision
 from sr.inference.precision import PrecisionError, parse_precision, resolve_dtype
 from sr.models import NetConfig, SRNet
 from sr.models.registry import ASA
@@ -28,7 +29,7 @@ def cpuinfo(tmp_path, monkeypatch):
     def fake(flags: str) -> None:
         path = tmp_path / "cpuinfo"
         path.write_text(f"processor\t: 0\nmodel name\t: test cpu\nflags\t\t: {flags}\n\n")
-        monkeypatch.setattr(devices, "CPUINFO", str(path))
+        monkeypatch.setattr(cpu, "CPUINFO", str(path))
         # torch's own bf16 check reads the real CPU: answer as such a CPU would (AVX-512 runs bf16)
         monkeypatch.setattr(precision, "cpu_runs_bf16", lambda: "avx512f" in flags.split())
 
@@ -54,16 +55,16 @@ def test_names_parse_and_unknown_ones_fail_clearly():
 def test_the_bf16_kind_comes_from_the_flags(cpuinfo):
     for flags, kind in ((XEON_AMX, "amx"), (EPYC_NO_AMX, "avx512_bf16"), (EPYC_AVX2, "emulated")):
         cpuinfo(flags)
-        assert devices.cpu_bf16_kind() == kind
-        assert devices.cpu_has_native_bf16() is (kind != "emulated")
+        assert cpu.cpu_bf16_kind() == kind
+        assert cpu.cpu_has_native_bf16() is (kind != "emulated")
 
 
 def test_without_cpuinfo_torchs_amx_check_decides(tmp_path, monkeypatch):
-    monkeypatch.setattr(devices, "CPUINFO", str(tmp_path / "missing"))
+    monkeypatch.setattr(cpu, "CPUINFO", str(tmp_path / "missing"))
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
-    assert devices.cpu_has_native_bf16() is True
+    assert cpu.cpu_has_native_bf16() is True
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
-    assert devices.cpu_has_native_bf16() is False
+    assert cpu.cpu_has_native_bf16() is False
 
 
 def test_auto_on_an_amx_cpu_takes_bf16_with_a_recorded_cost_within_the_limit(cpuinfo, record):
@@ -191,16 +192,16 @@ def _cpuinfo_with_model(tmp_path, monkeypatch, flags: str, vendor: str, family: 
     path = tmp_path / "cpuinfo-model"
     path.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: {family}\nflags\t\t: {flags}\n\n"
                     f"processor\t: 1\nvendor_id\t: Other\ncpu family\t: 1\n")
-    monkeypatch.setattr(devices, "CPUINFO", str(path))
+    monkeypatch.setattr(cpu, "CPUINFO", str(path))
     monkeypatch.setattr(precision, "cpu_runs_bf16", lambda: "avx512f" in flags.split())
 
 
 def test_cpu_model_reads_the_first_processors_vendor_and_family(tmp_path, monkeypatch):
     _cpuinfo_with_model(tmp_path, monkeypatch, EPYC_NO_AMX, "AuthenticAMD", 25)
-    assert devices.cpu_model() == ("AuthenticAMD", 25)
+    assert cpu.cpu_model() == ("AuthenticAMD", 25)
     (tmp_path / "trimmed").write_text("processor\t: 0\nflags\t\t: fpu\n")
-    assert devices.cpu_model(str(tmp_path / "trimmed")) is None
-    assert devices.cpu_model(str(tmp_path / "missing")) is None
+    assert cpu.cpu_model(str(tmp_path / "trimmed")) is None
+    assert cpu.cpu_model(str(tmp_path / "missing")) is None
 
 
 def test_auto_on_zen4_takes_bf16_at_every_size_and_zen5_keeps_its_start(tmp_path, monkeypatch, record):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from sr.inference.devices import cpu_runs_bf16
+from sr.cpu import cpu_runs_bf16
 from sr.models import fused
 from sr.models.fused import conv_add, conv_relu
 from sr.weights import WEIGHTS_DIR, load_model

@@ -169,7 +169,7 @@ def test_upsample_add_equals_interpolate_then_add(built, sizes, monkeypatch):
 def test_the_network_takes_the_kernel_at_inference_and_matches_the_tiered_path():
     """asa-base's blocks on an odd-sized input (regions padded at the edges): fp32 within 1e-5 of the
     tiered path, bf16 within 50 dB; the kernel ran, and not under autograd."""
-    from sr.inference.devices import cpu_runs_bf16
+    from sr.cpu import cpu_runs_bf16
     from sr.models.registry import build_model
 
     kernel = native.kernel()
