@@ -11,7 +11,6 @@ from contextlib import contextmanager
 import torch
 
 # precision imports these CPU facts from here; they live in sr.cpu, below every layer that asks
-from ..cpu import cpu_bf16_kind, cpu_model, cpu_runs_bf16  # noqa: F401
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
 

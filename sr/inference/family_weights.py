@@ -165,9 +165,10 @@ class FamilyWeights:
                                f"needs them (it has {have}; look 0 runs {self.rules.name} at every scale)")
 
     def record_names(self, scale: int, shipped_dir: str | Path | None) -> list[str]:
-        """The files whose bf16 records decide whether the ``scale`` network may run in bf16: a blend
-        runs bf16 only where each of its files may, and a blend that is one file's tensors exactly
-        (L = 1: photo-natural's; D = 0: the default family's) asks that file's record alone."""
+        """The files whose bf16 record decides whether the ``scale`` network may run in bf16: one file's
+        own, or for a blend of several the blend's measured one (sr.inference.precision); a blend that
+        is one file's tensors exactly (L = 1: photo-natural's; D = 0: the default family's) asks that
+        file's record alone."""
         names = [record_name(self.descriptors[scale], shipped_dir)]
         if scale in self.natural:
             natural = record_name(self.natural[scale], shipped_dir)

@@ -2,7 +2,7 @@
 
 On a GPU ``auto`` keeps the engine's long-standing choice (bf16 on CUDA where supported, else fp16;
 fp16 on MPS). On a CPU ``auto`` runs bf16 only where all hold: the CPU multiplies bf16 in hardware
-(:func:`~sr.inference.devices.cpu_bf16_kind`: AMX, or AVX-512 BF16), the input is at least as large
+(:func:`~sr.cpu.cpu_bf16_kind`: AMX, or AVX-512 BF16), the input is at least as large
 as bf16 was measured faster from on that kind of CPU (:data:`BF16_FROM_PIXELS`), and the model's
 measured quality cost in bf16 is on record below and within :data:`MAX_BF16_COST_DB`; everything
 else runs fp32. ``fp32`` and ``bf16`` force that type on any device. :func:`choose_dtype` also says
@@ -11,6 +11,7 @@ why, for ``sr info`` and ``sr upscale -v``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,8 +19,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import weights as sr_weights
+from ..cpu import cpu_bf16_kind, cpu_model, cpu_runs_bf16
 from ..request import PRECISIONS
-from .devices import cpu_bf16_kind, cpu_model, cpu_runs_bf16, pick_dtype
+from .devices import pick_dtype
 
 if TYPE_CHECKING:
     from ..descriptor import ModelDescriptor
@@ -29,21 +31,54 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # its speed-up must leave the scores as fp32 gives them; a model whose measured loss is larger stays
 # fp32 (docs/inference.md, "Which models").
 MAX_BF16_COST_DB = 0.01
-# fp32 minus bf16 Y-PSNR (dB) per shipped weights file: the worst of valid (33 held-out images),
-# Set5 and Set14, from (D = ../shared/datasets)
-#   sr eval --hr D/valid D/benchmark/Set5 D/benchmark/Set14 --scale S --model NAME --device cpu -q \
-#       --precision fp32|bf16
-# (docs/inference.md#precision-bf16-where-the-cpu-multiplies-it has the per-set figures). asa-base,
-# asa-deep and photo were measured on the AMX Xeon, photo-natural on the AMD EPYC Zen 4 (AVX512_BF16,
-# no AMX): both round the same activations to bf16, with different oneDNN kernels. A model not listed
-# here (your own weights, even under a shipped name) runs fp32 under auto: its cost is unknown. A
-# blend's cost is the sum of its files' (bf16_cost).
+# fp32 minus bf16 Y-PSNR (dB) per shipped weights file on valid (the 33 held-out images: choices are
+# made there; Set5 and Set14 are the test, reported beside it in docs/inference.md), from
+# (D = ../shared/datasets)
+#   sr eval --hr D/valid --scale S --model NAME --device cpu -q --precision fp32|bf16
+# or ``python -m research.bf16_cost --hr D/valid --scale S FILE``. asa-base, asa-deep and photo were
+# measured on the AMX Xeon, photo-natural on the AMD EPYC Zen 4 (AVX512_BF16, no AMX): both round the
+# same activations to bf16, with different oneDNN kernels (photo-x2 costs 0.0014 dB on both). A
+# negative cost is bf16 scoring higher (rounding noise). A model not listed here (your own weights,
+# even under a shipped name) runs fp32 under auto: its cost is unknown.
 BF16_PSNR_COST_DB: dict[str, float] = {
-    "asa-base-x2": 0.0079, "asa-base-x3": 0.0035, "asa-base-x4": 0.0016,
-    "asa-deep-x2": 0.0077, "asa-deep-x3": 0.0043, "asa-deep-x4": 0.0046,
-    "photo-x2": 0.0054, "photo-x3": 0.0063, "photo-x4": 0.0037,
-    "photo-natural-x2": 0.0093, "photo-natural-x3": 0.0010, "photo-natural-x4": 0.0017,
+    "asa-base-x2": 0.0054, "asa-base-x3": 0.0015, "asa-base-x4": -0.0002,
+    "asa-deep-x2": 0.0060, "asa-deep-x3": 0.0016, "asa-deep-x4": 0.0002,
+    "photo-x2": 0.0014, "photo-x3": 0.0033, "photo-x4": 0.0018,
+    "photo-natural-x2": -0.0025, "photo-natural-x3": -0.0039, "photo-natural-x4": -0.0007,
 }
+# A blend (--denoise, --look: every tensor (1 - t) * a + t * b, for any t) rounds its own activations,
+# so its cost is bounded by neither its files' largest nor their sum (both rules were tried: on valid,
+# asa-base-x2 + photo-x2 at t = 0.75 costs 0.0118 dB against its files' 0.0054 and 0.0014). Each blend
+# auto may run is measured instead, on valid on the AMD EPYC Zen 4, at t = 0.25, 0.5 and 0.75
+# (``python -m research.bf16_cost A+B@0.25,0.5,0.75``) and --denoise with --look at D = L = 0.5
+# (``A+B+C@0.5:0.5``); its cost is the largest measured over its family: for --denoise with --look,
+# whose edges are the --denoise blend (L = 0) and the --look blend (D = 1), those two's points too.
+# Key = the files, in any order.
+BF16_BLEND_MEASURED_DB: dict[frozenset[str], tuple[float, ...]] = {
+    frozenset(names): costs for names, costs in (
+        (("photo-x2", "photo-natural-x2"), (0.0022, 0.0010, 0.0000)),
+        (("asa-base-x2", "photo-x2"), (0.0086, 0.0093, 0.0118)),
+        (("asa-base-x2", "photo-x2", "photo-natural-x2"), (0.0075,)),
+        (("photo-x3", "photo-natural-x3"), (0.0012, 0.0003, -0.0009)),
+        (("asa-base-x3", "photo-x3"), (0.0020, -0.0001, 0.0011)),
+        (("asa-base-x3", "photo-x3", "photo-natural-x3"), (0.0007,)),
+        (("photo-x4", "photo-natural-x4"), (0.0017, 0.0002, -0.0041)),
+        (("asa-base-x4", "photo-x4"), (0.0017, 0.0020, 0.0017)),
+        (("asa-base-x4", "photo-x4", "photo-natural-x4"), (0.0015,)),
+    )
+}
+
+
+def blend_cost(names: frozenset[str]) -> float | None:
+    """A blend's bf16 cost (dB) from :data:`BF16_BLEND_MEASURED_DB`: the largest measured over its
+    family (a three-file blend's two-file edges included); None when the blend was never measured."""
+    if names not in BF16_BLEND_MEASURED_DB:
+        return None
+    costs = list(BF16_BLEND_MEASURED_DB[names])
+    if len(names) > 2:
+        for edge in itertools.combinations(sorted(names), 2):
+            costs += BF16_BLEND_MEASURED_DB.get(frozenset(edge), ())
+    return max(costs)
 
 
 # From which input size (pixels of one model pass's input) auto runs bf16, per cpu_bf16_kind; None =
@@ -111,24 +146,17 @@ def record_name(desc: ModelDescriptor, shipped_dir: str | Path | None = None) ->
     return desc.name if shipped else None
 
 
-# A blend's bf16 cost (--denoise, --look: every tensor (1 - t) * a + t * b) is not measured per blend
-# (t takes any value); it is taken as the SUM of its files' recorded costs. bf16 rounds the blend's own
-# activations, so its cost is not bounded by its files': the largest of them was the first rule tried
-# and failed its check. Checked by measuring blends saved as files (sr.weights.load_look / load_blend,
-# save_weights, then the record's sr eval command), on the AMD EPYC Zen 4, worst of valid/Set5/Set14:
-#   photo-x2 look 0.5: 0.0150 dB (Set5); its files on the same CPU 0.0068 + 0.0093 = 0.0161
-#   photo-x4 look 0.5: 0.0025 dB (Set14); its files' records 0.0037 + 0.0017 = 0.0054
-#   photo-x2 denoise 0.5 (with asa-base-x2): 0.0093 dB (valid); its files' records 0.0079 + 0.0054 = 0.0133
-# The largest of its files' fails two of the three checks; the sum holds in all three. Under the 0.01 dB
-# bar look blends run bf16 at x3 and x4 (0.0073, 0.0054) and fp32 at x2 (0.0147).
 def bf16_cost(models: Iterable[str | None]) -> float | None:
-    """The bf16 cost (dB) of running ``models`` as one network: one file's record, or for a blend of
-    files the sum of their records (see above); None when a file has none (a None name,
-    :func:`record_name`'s answer for weights off the record)."""
+    """The bf16 cost (dB) of running ``models`` as one network: one file's record, or a blend's
+    (:func:`blend_cost`, its files in any order); None when there is no record (a None name,
+    :func:`record_name`'s answer for weights off the record, or a blend nobody measured)."""
     names = list(dict.fromkeys(models))
+    # a blend's record holds only while each of its files is the one measured (on the record)
     if not names or any(name not in BF16_PSNR_COST_DB for name in names):
         return None
-    return sum(BF16_PSNR_COST_DB[name] for name in names)  # type: ignore[index]
+    if len(names) == 1:
+        return BF16_PSNR_COST_DB.get(names[0])  # type: ignore[arg-type]
+    return blend_cost(frozenset(names))  # type: ignore[arg-type]
 
 
 def bf16_cost_ok(models: Iterable[str | None]) -> bool:
@@ -158,14 +186,17 @@ def choose_dtype(
     start, measured = bf16_speed()
     if start is None:
         return torch.float32, f"fp32: {measured}"
-    names = list(models)
+    names = list(dict.fromkeys(models))
     if not bf16_cost_ok(names):
-        unknown = [n for n in names if n not in BF16_PSNR_COST_DB]
         cost = bf16_cost(names)
-        blend = cost is not None and len(set(names)) > 1
-        over = f" ({cost:.4f} dB: the sum of its files', a blend's rule)" if blend else ""
-        cause = ("no measured bf16 quality cost for " + ", ".join(str(n) for n in unknown)
-                 if unknown or not names else f"bf16 costs more than {MAX_BF16_COST_DB} dB{over}")
+        blend = len(names) > 1
+        if cost is not None:
+            cause = f"bf16 costs more than {MAX_BF16_COST_DB} dB ({cost:.4f} dB on valid)"
+        elif blend and all(n in BF16_PSNR_COST_DB for n in names):
+            cause = "no measured bf16 quality cost for the blend of " + ", ".join(str(n) for n in names)
+        else:
+            unknown = [str(n) for n in names if n not in BF16_PSNR_COST_DB]
+            cause = "no measured bf16 quality cost for " + ", ".join(unknown or ["this model"])
         return torch.float32, f"fp32: {cause}"
     if pixels is not None and pixels < start:
         return torch.float32, (f"fp32: input under {start / 1e6:.2f} MP, where bf16 measured slower "
