@@ -2,7 +2,7 @@
 
 What it runs is found once, from metadata (:mod:`sr.inference.family_weights`: the family's files,
 the partners of a denoise or look blend, the pre model); each scale's network loads on first use
-(:mod:`sr.inference.networks`); each pass is cut into tiles (:mod:`sr.inference.tile_policy`) and run
+(:mod:`sr.inference.networks`); each pass is cut into tiles (:class:`~sr.inference.tiling.TilePolicy`) and run
 tile by tile (:mod:`sr.inference.passes` holds the tensor work). Loads and forwards run with the
 engine's own thread count and backend flags (:func:`~sr.inference.devices.torch_settings`).
 """
@@ -32,8 +32,7 @@ from .networks import Networks
 from .passes import Loaded, halving_tile_on_oom, nearest_resize, run_tiles
 from .precision import precision_name
 from .resample import resize_to
-from .tile_policy import TilePolicy
-from .tiling import ProgressFn, TileFn, TileGrid, plan_axis, run_tiled
+from .tiling import ProgressFn, TileFn, TileGrid, TilePolicy, plan_axis, run_tiled
 
 
 class FamilyEngine(Upscaler):
