@@ -155,7 +155,7 @@ def bf16_cost(models: Iterable[str | None]) -> float | None:
     if not names or any(name not in BF16_PSNR_COST_DB for name in names):
         return None
     if len(names) == 1:
-        return BF16_PSNR_COST_DB.get(names[0])  # type: ignore[arg-type]
+        return BF16_PSNR_COST_DB[names[0]]  # type: ignore[index]
     return blend_cost(frozenset(names))  # type: ignore[arg-type]
 
 
@@ -187,12 +187,11 @@ def choose_dtype(
     if start is None:
         return torch.float32, f"fp32: {measured}"
     names = list(dict.fromkeys(models))
-    if not bf16_cost_ok(names):
-        cost = bf16_cost(names)
-        blend = len(names) > 1
+    cost = bf16_cost(names)
+    if cost is None or cost > MAX_BF16_COST_DB:
         if cost is not None:
             cause = f"bf16 costs more than {MAX_BF16_COST_DB} dB ({cost:.4f} dB on valid)"
-        elif blend and all(n in BF16_PSNR_COST_DB for n in names):
+        elif len(names) > 1 and all(n in BF16_PSNR_COST_DB for n in names):
             cause = "no measured bf16 quality cost for the blend of " + ", ".join(str(n) for n in names)
         else:
             unknown = [str(n) for n in names if n not in BF16_PSNR_COST_DB]
