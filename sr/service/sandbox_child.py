@@ -25,20 +25,7 @@ import numpy as np
 import sr.io as sio
 from sr.io.png_chunks import late_exif_orientation, stored_size
 
-from .sandbox_protocol import (
-    MAX_FDS,
-    MAX_MESSAGE,
-    RETIRE_RSS_BYTES,
-    ErrorKind,
-    ErrorReply,
-    ImageReply,
-    JobMessage,
-    Op,
-    PngReply,
-    ProbeReply,
-    Reply,
-    Result,
-)
+from . import sandbox_protocol as protocol
 
 MODULE = "sr.service.sandbox_child"
 
@@ -68,40 +55,41 @@ UPLOAD_FORMATS = sio.upload_formats()
 MAX_REASON = 300
 
 
-def serve_one(job: JobMessage, data: bytes) -> tuple[Result, list[int]]:
-    """The job's result, or its refusal as an :class:`ErrorReply`: whatever the decoder raises, the
-    child answers and lives on (a TypeError from Pillow killed it, cost a restart and was
+def serve_one(job: protocol.JobMessage, data: bytes) -> tuple[protocol.Result, list[int]]:
+    """The job's result, or its refusal as an :class:`~.sandbox_protocol.ErrorReply`: whatever the
+    decoder raises, the child answers and lives on (a TypeError from Pillow killed it, cost a restart and was
     answered "refused before decoding"); only its limits end it."""
     try:
         return _serve(job, data)
     except sio.ImageError as e:
-        return ErrorReply.of(e), []
+        return protocol.ErrorReply.of(e), []
     except MemoryError:
-        return ErrorReply(ErrorKind.TOO_LARGE, "not enough memory to decode this image"), []
+        return protocol.ErrorReply(protocol.ErrorKind.TOO_LARGE, "not enough memory to decode this image"), []
     except Exception as e:  # noqa: BLE001 - any decoder failure is the file's: answered, not fatal
         what = f"{type(e).__name__}: {e}"
         print(f"sr decoder: {job.op.value} failed: {what[:MAX_REASON]}", file=sys.stderr, flush=True)
-        return ErrorReply(ErrorKind.DECODE, f"the decoder failed on this file ({what[:MAX_REASON]})"), []
+        reason = f"the decoder failed on this file ({what[:MAX_REASON]})"
+        return protocol.ErrorReply(protocol.ErrorKind.DECODE, reason), []
 
 
-def _serve(job: JobMessage, data: bytes) -> tuple[Result, list[int]]:
-    if job.op is Op.PROBE:
+def _serve(job: protocol.JobMessage, data: bytes) -> tuple[protocol.Result, list[int]]:
+    if job.op is protocol.Op.PROBE:
         w, h = sio.read_size(data, job.max_pixels, formats=UPLOAD_FORMATS)
         orientation = late_exif_orientation(data)
         if orientation in (5, 6, 7, 8) and (w, h) == stored_size(data):
             w, h = h, w  # the decoder will turn it (an eXIf chunk after the pixel data)
-        return ProbeReply(w, h, orientation or 1), []
+        return protocol.ProbeReply(w, h, orientation or 1), []
     img = sio.read_image(data, max_pixels=job.max_pixels, formats=UPLOAD_FORMATS)
-    if job.op is Op.PREVIEW:
+    if job.op is protocol.Op.PREVIEW:
         body = sio.encode_image(dataclasses.replace(img, bit_depth=8), format="png")
         del img
         fd = os.memfd_create("sr-png", os.MFD_CLOEXEC)
         os.write(fd, body) if len(body) < 2**20 else _write_all(fd, body)
-        return PngReply(len(body)), [fd]
+        return protocol.PngReply(len(body)), [fd]
     return _image_reply(img)
 
 
-def _image_reply(img: sio.DecodedImage) -> tuple[ImageReply, list[int]]:
+def _image_reply(img: sio.DecodedImage) -> tuple[protocol.ImageReply, list[int]]:
     fds = [_memfd_with(img.pixels)]
     alpha_shape, icc_size = None, 0
     if img.alpha is not None:
@@ -110,8 +98,8 @@ def _image_reply(img: sio.DecodedImage) -> tuple[ImageReply, list[int]]:
     if img.icc_profile:  # up to MAX_PNG_CHUNK: too big for a datagram
         fds.append(_memfd_with(np.frombuffer(img.icc_profile, np.uint8)))
         icc_size = len(img.icc_profile)
-    return ImageReply(list(img.pixels.shape), str(img.pixels.dtype), img.bit_depth, img.format, img.mode,
-                      alpha_shape, icc_size), fds
+    return protocol.ImageReply(list(img.pixels.shape), str(img.pixels.dtype), img.bit_depth, img.format,
+                               img.mode, alpha_shape, icc_size), fds
 
 
 # A 1x1 gray PNG, decoded once at start-up.
@@ -144,12 +132,12 @@ def child_main(argv: list[str] | None = None) -> int:
     sock.send(json.dumps({"ready": True}).encode())
     while True:
         try:
-            raw, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
+            raw, fds, _, _ = socket.recv_fds(sock, protocol.MAX_MESSAGE, protocol.MAX_FDS)
         except OSError:
             return 0
         if not raw:
             return 0  # the server closed its end
-        job = JobMessage.decode(raw)
+        job = protocol.JobMessage.decode(raw)
         try:
             with mmap.mmap(fds[0], job.size, prot=mmap.PROT_READ) as m:
                 data = bytes(m)
@@ -163,7 +151,8 @@ def child_main(argv: list[str] | None = None) -> int:
         resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
         result, out_fds = serve_one(job, data)
         del data
-        reply = Reply(result, cpu_s=_cpu_used() - start, retire=_rss_bytes() > RETIRE_RSS_BYTES)
+        retire = _rss_bytes() > protocol.RETIRE_RSS_BYTES
+        reply = protocol.Reply(result, cpu_s=_cpu_used() - start, retire=retire)
         try:
             socket.send_fds(sock, [reply.encode()], out_fds)
         finally:

@@ -9,19 +9,7 @@ import torch.nn.functional as F
 
 from sr.models.attention import ATTENTION_KINDS, WindowAttention, get_attention, make_attention
 from sr.models.attention.dilated import DilatedAttention
-from tests.models.attention_checks import (
-    bf16_core_follows_reference,
-    compiles_without_graph_breaks,
-    follows_fp32_under_bf16_autocast,
-    gradients_reach_everything,
-    masked_dense,
-    needs_onnx,
-    onnx_matches_torch,
-    qkv,
-    sr_info_lines,
-    sr_train_builds,
-    strong_block,
-)
+from tests.models import attention_checks as checks
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, window: int, dilation: int):
@@ -35,7 +23,7 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, win
 
     places = [place(y, x) for y in range(h) for x in range(w)]
     blocked = torch.tensor([[a != b for b in places] for a in places])
-    return masked_dense(q, k, v, heads, blocked)
+    return checks.masked_dense(q, k, v, heads, blocked)
 
 
 # whole spans (window * dilation) of odd and even windows; the span is the whole map; no dilation
@@ -43,7 +31,7 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, win
     (12, 18, 3, 2), (9, 18, 3, 3), (8, 8, 2, 4), (6, 4, 2, 1),
 ])
 def test_equals_dense_attention_under_the_group_and_window_mask(h, w, window, dilation):
-    q, k, v = qkv(6, h, w)
+    q, k, v = checks.qkv(6, h, w)
     want = reference(q, k, v, 3, window, dilation)
     block = DilatedAttention(6, 3, window=window, dilation=dilation).eval()
     for static in (False, True):
@@ -57,7 +45,7 @@ def test_equals_dense_attention_under_the_group_and_window_mask(h, w, window, di
 def test_unaligned_maps_attend_as_their_reflect_padded_map_does(h, w):
     """Sizes that are not whole spans (w * d) pad on the bottom and right like window attention:
     reflected (replicated where the map is too small to reflect), attended, cropped."""
-    q, k, v = qkv(4, h, w, seed=1)
+    q, k, v = checks.qkv(4, h, w, seed=1)
     ph, pw = (-h) % 6, (-w) % 6  # window 3 x dilation 2
     mode = "reflect" if ph < h and pw < w else "replicate"
     padded = [F.pad(t, (0, pw, 0, ph), mode=mode) for t in (q, k, v)]
@@ -69,27 +57,28 @@ def test_unaligned_maps_attend_as_their_reflect_padded_map_does(h, w):
 
 
 def test_dilation_one_is_unshifted_window_attention():
-    q, k, v = qkv(8, 16, 12, seed=2)
+    q, k, v = checks.qkv(8, 16, 12, seed=2)
     dilated = DilatedAttention(8, 2, window=4, dilation=1).attend(q, k, v, q, None)
     torch.testing.assert_close(dilated, WindowAttention(8, 2, window=4).attend(q, k, v, q, None), atol=1e-6,
                                rtol=0)
 
 
 def test_module_shapes_dtypes_alignment_and_bf16_autocast():
-    block = strong_block("dilated", 8, 2, window=3, dilation=2, stride=2)
+    block = checks.strong_block("dilated", 8, 2, window=3, dilation=2, stride=2)
     assert type(block) is DilatedAttention and block.align == 12
-    q, k, v = qkv(8, 12, 18)
-    bf16_core_follows_reference(block, torch.rand(2, 8, 13, 10), q, k, v, reference(q, k, v, 2, 3, 2))
+    q, k, v = checks.qkv(8, 12, 18)
+    checks.bf16_core_follows_reference(block, torch.rand(2, 8, 13, 10), q, k, v, reference(q, k, v, 2, 3, 2))
 
 
 @pytest.mark.cpu_bf16
 def test_block_runs_under_bf16_autocast():
-    block = strong_block("dilated", 8, 2, window=3, dilation=2)
-    follows_fp32_under_bf16_autocast(block, torch.rand(1, 8, 11, 14))
+    block = checks.strong_block("dilated", 8, 2, window=3, dilation=2)
+    checks.follows_fp32_under_bf16_autocast(block, torch.rand(1, 8, 11, 14))
 
 
 def test_gradients_reach_the_input_and_every_parameter():
-    gradients_reach_everything(make_attention("dilated", 8, 2, window=2, dilation=2), torch.rand(2, 8, 7, 9))
+    attn = make_attention("dilated", 8, 2, window=2, dilation=2)
+    checks.gradients_reach_everything(attn, torch.rand(2, 8, 7, 9))
 
 
 def test_registered_with_its_options():
@@ -100,28 +89,28 @@ def test_registered_with_its_options():
         make_attention("dilated", 8, 2, dilation=0)
 
 
-@needs_onnx
+@checks.needs_onnx
 @pytest.mark.slow
 def test_onnx_export_matches_torch_at_any_size():
     # from one span (6) up: reflect padding in the graph needs more pixels than it pads, as for
     # window attention (sr export's graph has the same floor)
-    block = strong_block("dilated", 8, 2, window=3, dilation=2)
-    onnx_matches_torch(block, [(19, 23), (12, 31), (6, 6), (24, 7)], min_side=6)
+    block = checks.strong_block("dilated", 8, 2, window=3, dilation=2)
+    checks.onnx_matches_torch(block, [(19, 23), (12, 31), (6, 6), (24, 7)], min_side=6)
 
 
 @pytest.mark.slow
 def test_static_path_compiles_without_graph_breaks_for_any_size():
-    block = strong_block("dilated", 8, 2, window=3, dilation=2)
-    compiles_without_graph_breaks(block, [(24, 40), (31, 17), (6, 9)])
+    block = checks.strong_block("dilated", 8, 2, window=3, dilation=2)
+    checks.compiles_without_graph_breaks(block, [(24, 40), (31, 17), (6, 9)])
 
 
 def test_sr_train_builds_a_dilated_network():
-    blocks = sr_train_builds("dilated")
+    blocks = checks.sr_train_builds("dilated")
     assert len(blocks) == 2 and all(type(b) is DilatedAttention for b in blocks)
     assert [(b.window, b.dilation, b.stride) for b in blocks] == [(8, 2, 2)] * 2  # asa-small's stride
 
 
 def test_sr_info_describes_a_dilated_network(tmp_path, capsys):
-    rows = sr_info_lines("dilated", {"window": 4, "dilation": 3, "stride": 2}, tmp_path, capsys)
+    rows = checks.sr_info_lines("dilated", {"window": 4, "dilation": 3, "stride": 2}, tmp_path, capsys)
     assert rows["attention"] == "dilated (window=4, dilation=3, stride=2)"
     assert rows["input align"].startswith("24 px")

@@ -7,19 +7,7 @@ import torch
 
 from sr.models.attention import ATTENTION_KINDS, get_attention, make_attention
 from sr.models.attention.local import LocalAttention, neighbourhood_attention
-from tests.models.attention_checks import (
-    bf16_core_follows_reference,
-    compiles_without_graph_breaks,
-    follows_fp32_under_bf16_autocast,
-    gradients_reach_everything,
-    masked_dense,
-    needs_onnx,
-    onnx_matches_torch,
-    qkv,
-    sr_info_lines,
-    sr_train_builds,
-    strong_block,
-)
+from tests.models import attention_checks as checks
 
 
 def window(i: int, n: int, kernel: int) -> range:
@@ -43,13 +31,13 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, ker
             for y in window(i, h, kernel):
                 for x in window(j, w, kernel):
                     blocked[i * w + j, y * w + x] = False
-    return masked_dense(q, k, v, heads, blocked)
+    return checks.masked_dense(q, k, v, heads, blocked)
 
 
 # odd sizes; a side shorter than the kernel (the window is the whole side); a single token
 @pytest.mark.parametrize("h, w, kernel", [(9, 11, 5), (13, 7, 3), (4, 11, 5), (12, 3, 7), (1, 1, 7)])
 def test_equals_dense_attention_under_the_window_mask(h, w, kernel):
-    q, k, v = qkv(6, h, w)
+    q, k, v = checks.qkv(6, h, w)
     want = reference(q, k, v, 3, kernel)
     block = LocalAttention(6, 3, kernel=kernel).eval()
     for static in (False, True):
@@ -65,7 +53,7 @@ def test_equals_dense_attention_under_the_window_mask(h, w, kernel):
 def test_every_query_sees_exactly_its_clamped_window():
     """The keys a query's output depends on (a non-zero gradient on their values), at a corner, an edge
     and the centre: always kernel^2 of them, the window moved inside the image at the borders."""
-    q, k, v = qkv(4, 9, 10, b=1)
+    q, k, v = checks.qkv(4, 9, 10, b=1)
     v.requires_grad_()
     out = neighbourhood_attention(q, k, v, 2, 5)
     for (i, j), rows, cols in [((0, 0), (0, 5), (0, 5)), ((8, 4), (4, 9), (2, 7)), ((4, 9), (2, 7), (5, 10)),
@@ -80,7 +68,7 @@ def test_every_query_sees_exactly_its_clamped_window():
 def test_translation_equivariant_away_from_the_borders():
     """Shifting the input by (3, 2) shifts the block's output by (3, 2) wherever the query's window
     (and the positional conv around it) lies inside both crops."""
-    block = strong_block("local", 8, 2, kernel=5)
+    block = checks.strong_block("local", 8, 2, kernel=5)
     big = torch.randn(1, 8, 30, 31, generator=torch.Generator().manual_seed(3))
     a, b = big[:, :, :24, :24], big[:, :, 3:27, 2:26]
     with torch.no_grad():
@@ -92,19 +80,20 @@ def test_translation_equivariant_away_from_the_borders():
 
 
 def test_module_shapes_dtypes_and_bf16_autocast():
-    block = strong_block("local", 8, 2, kernel=3, stride=2)
+    block = checks.strong_block("local", 8, 2, kernel=3, stride=2)
     assert type(block) is LocalAttention and block.align == 2
-    q, k, v = qkv(8, 13, 10)
-    bf16_core_follows_reference(block, torch.rand(2, 8, 13, 10), q, k, v, reference(q, k, v, 2, 3))
+    q, k, v = checks.qkv(8, 13, 10)
+    checks.bf16_core_follows_reference(block, torch.rand(2, 8, 13, 10), q, k, v, reference(q, k, v, 2, 3))
 
 
 @pytest.mark.cpu_bf16
 def test_block_runs_under_bf16_autocast():
-    follows_fp32_under_bf16_autocast(strong_block("local", 8, 2, kernel=5), torch.rand(1, 8, 11, 14))
+    block = checks.strong_block("local", 8, 2, kernel=5)
+    checks.follows_fp32_under_bf16_autocast(block, torch.rand(1, 8, 11, 14))
 
 
 def test_gradients_reach_the_input_and_every_parameter():
-    gradients_reach_everything(make_attention("local", 8, 2, kernel=3), torch.rand(2, 8, 7, 9))
+    checks.gradients_reach_everything(make_attention("local", 8, 2, kernel=3), torch.rand(2, 8, 7, 9))
 
 
 def test_registered_with_its_options():
@@ -119,23 +108,25 @@ def test_bad_kernels_are_refused():
             make_attention("local", 8, 2, kernel=kernel)
 
 
-@needs_onnx
+@checks.needs_onnx
 @pytest.mark.slow
 def test_onnx_export_matches_torch_at_any_size():
-    onnx_matches_torch(strong_block("local", 8, 2, kernel=5), [(19, 23), (12, 31), (3, 4), (1, 1)])
+    block = checks.strong_block("local", 8, 2, kernel=5)
+    checks.onnx_matches_torch(block, [(19, 23), (12, 31), (3, 4), (1, 1)])
 
 
 @pytest.mark.slow
 def test_static_path_compiles_without_graph_breaks_for_any_size():
-    compiles_without_graph_breaks(strong_block("local", 8, 2, kernel=5), [(24, 40), (31, 17), (3, 4)])
+    block = checks.strong_block("local", 8, 2, kernel=5)
+    checks.compiles_without_graph_breaks(block, [(24, 40), (31, 17), (3, 4)])
 
 
 def test_sr_train_builds_a_local_network():
-    blocks = sr_train_builds("local")
+    blocks = checks.sr_train_builds("local")
     assert len(blocks) == 2 and all(type(b) is LocalAttention and b.kernel == 7 for b in blocks)
 
 
 def test_sr_info_describes_a_local_network(tmp_path, capsys):
-    rows = sr_info_lines("local", {"kernel": 5, "stride": 2, "region": 4}, tmp_path, capsys)
+    rows = checks.sr_info_lines("local", {"kernel": 5, "stride": 2, "region": 4}, tmp_path, capsys)
     assert rows["attention"] == "local (kernel=5, stride=2)"
     assert rows["input align"].startswith("2 px")
