@@ -32,8 +32,8 @@ from .formats import mime_types
 from .hub import ModelHub
 from .intake import AdmissionState, Intake
 from .jobs import ClientGoneError, JobPool
-from .planning import JobLimits, Planner, UpscaleJob, plan_work
-from .running import JobResult, run_job
+from .planning import JobLimits, Planner, UpscaleJob, plan_work, upload_job
+from .running import run_admitted
 from .sandbox import Limits, Sandbox
 from .settings import Settings
 from .upload import Upload, decode_errors_of, read_upload
@@ -81,9 +81,12 @@ class Service:
         family, asked = form_request(self.hub.catalog, call.form)
         engine = self.hub.engine_for(family, asked)
         data = await read_upload(call.upload, self.settings.max_upload_bytes)
-        job = self._job(data, family, asked, call.form.keep_budget_map)
-        work = await self._admit(engine, job)
-        result = await self._run(engine, job, work, call.disconnected)
+        with decode_errors_of(data):  # the header's and the decode's failures, as the client hears them
+            job = upload_job(self.hub.catalog, data, family, asked, call.form.keep_budget_map,
+                             JobLimits.of(self.settings))
+            work = await self.planner.admit(engine, job, self.intake)
+            result = await run_admitted(self.pool, engine, job, work, self.decoder, self.planner,
+                                        call.disconnected)
         if result is None:
             return None
         headers = result_headers(result, job, call.upload.filename, (time.perf_counter() - start) * 1e3)
@@ -112,39 +115,6 @@ class Service:
             return None
         return Answer(body, "image/png",
                       {"X-Image-Size": f"{probe.width}x{probe.height}", **NO_SNIFF_NO_STORE})
-
-    def _job(self, data: bytes, family: str, asked: UpscaleRequest, keep_budget_map: bool) -> UpscaleJob:
-        """An upload's job for ``asked``, under this server's limits."""
-        catalog = self.hub.catalog
-        k_max = catalog.budget_k_max(family) if asked.budget_map or keep_budget_map else None
-        return UpscaleJob(data=data, request=asked, limits=JobLimits.of(self.settings), budget_k_max=k_max,
-                          keep_budget_map=keep_budget_map, cost=catalog.cost(family, asked.pre),
-                          teaches=catalog.calibrated(family, asked.pre))
-
-    async def _admit(self, engine: Upscaler, job: UpscaleJob) -> Work:
-        """The job's predicted work, or the domain error that refuses it before any work: the header
-        gives the size (read in the sandbox, on the intake lane of the upload's size), the engine's
-        plan the output, passes and predicted time."""
-        with decode_errors_of(job.data):
-            probe = await self.intake.probe(job.data, self.settings.max_pixels)
-        job.planned_size = (probe.width, probe.height)
-        return self.planner.plan(engine, job, probe.width, probe.height)
-
-    async def _run(self, engine: Upscaler, job: UpscaleJob, work: Work,
-                   disconnected: Callable[[], Awaitable[bool]]) -> JobResult | None:
-        """The admitted job's result from a worker (decoded in the sandbox), or None when the client
-        went away (the job is then cancelled); the job pool's, sandbox's or job's errors as raised."""
-        try:
-            with decode_errors_of(job.data):
-                # a models-folder model's work is the descriptor's estimate: its time would teach the
-                # work model, calibrated on the default model, a load that is not the machine's
-                return await self.pool.run(run_job, engine, job, self.decoder, self.planner,
-                                           timeout=self.settings.timeout_s, work=work, stop=job.stop,
-                                           disconnected=disconnected, learn=job.teaches,
-                                           network_seconds=JobResult.network_seconds)
-        except ClientGoneError:
-            log.info("client gone: job cancelled")
-            return None
 
     def calibrate(self, engine: Upscaler) -> None:
         """The work model's rates on this machine, for this model: time two upscales."""

@@ -1,10 +1,11 @@
-"""An upload's job (:class:`UpscaleJob`, under this server's :class:`JobLimits`) and its work, planned
-before any of it is done: :func:`plan_work` (the engine's own plan, against the server's output and
-work limits) and :class:`Planner` (also against the time limit, at the work model's predicted
-seconds).
+"""An upload's job (:class:`UpscaleJob`, under this server's :class:`JobLimits`; :func:`upload_job`
+builds it) and its work, planned before any of it is done: :func:`plan_work` (the engine's own plan,
+against the server's output and work limits) and :class:`Planner` (also against the time limit, at
+the work model's predicted seconds).
 
-A request is planned once, at admission, on the size its header gives, and again only when the
-decoded size differs (an orientation the header read missed): :func:`sr.service.running.run_job`.
+A request is planned once, at admission (:meth:`Planner.admit`), on the size its header gives, and
+again only when the decoded size differs (an orientation the header read missed):
+:func:`sr.service.running.run_job`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from .work_model import Work, WorkModel
 if TYPE_CHECKING:  # annotations only
     from sr.inference import Upscaler
 
+    from .catalog import ModelCatalog
+    from .intake import Intake
     from .settings import Settings
 
 
@@ -60,6 +63,16 @@ class UpscaleJob:
     def should_stop(self) -> bool:
         """Whether to give up now: polled between stages, by the engine and by the decoder."""
         return self.stop.is_set()
+
+
+def upload_job(catalog: ModelCatalog, data: bytes, family: str, asked: UpscaleRequest, keep_budget_map: bool,
+               limits: JobLimits) -> UpscaleJob:
+    """An upload's job for ``asked`` on the catalogue's ``family``, under ``limits``: its heat-map
+    scale, its network cost and whether its time teaches the work model, as the catalogue says."""
+    k_max = catalog.budget_k_max(family) if asked.budget_map or keep_budget_map else None
+    return UpscaleJob(data=data, request=asked, limits=limits, budget_k_max=k_max,
+                      keep_budget_map=keep_budget_map, cost=catalog.cost(family, asked.pre),
+                      teaches=catalog.calibrated(family, asked.pre))
 
 
 class WorkLimitError(ValueError):
@@ -105,6 +118,14 @@ class Planner:
 
     model: WorkModel   # the job pool's: its predictions are the pool's
     timeout_s: float
+
+    async def admit(self, engine: Upscaler, job: UpscaleJob, intake: Intake) -> Work:
+        """The job's predicted work, or the error that refuses it before any work: the header gives
+        the size (read in the sandbox, on ``intake``'s lane of the upload's size; its decode errors
+        as the sandbox raises them), the engine's plan the output, passes and predicted time."""
+        probe = await intake.probe(job.data, job.limits.max_pixels)
+        job.planned_size = (probe.width, probe.height)
+        return self.plan(engine, job, probe.width, probe.height)
 
     def plan(self, engine: Upscaler, job: UpscaleJob, width: int, height: int) -> Work:
         """The job's work on a width x height input; :class:`WorkLimitError` over the limits or the

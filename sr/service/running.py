@@ -1,24 +1,30 @@
-"""An admitted upscale job's run in a worker thread: :class:`~sr.service.planning.UpscaleJob` in,
-decode (in the sandbox) -> engine -> encode, timed per stage (:func:`run_job`), a typed
-:class:`JobResult` out."""
+"""An admitted upscale job's run in a worker of the job pool (:func:`run_admitted`):
+:class:`~sr.service.planning.UpscaleJob` in, decode (in the sandbox) -> engine -> encode, timed per
+stage (:func:`run_job`), a typed :class:`JobResult` out."""
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .budget_maps import heatmap_png
 from .formats import output_format
-from .jobs import JobStopped
+from .jobs import ClientGoneError, JobStopped
 
 if TYPE_CHECKING:  # annotations only
     import numpy as np
 
     from sr.inference import Upscaler
 
+    from .jobs import JobPool
     from .planning import Planner, UpscaleJob
     from .sandbox import Sandbox
+    from .work_model import Work
+
+log = logging.getLogger("sr.service")
 
 
 class NoBudgetMapError(ValueError):
@@ -53,6 +59,22 @@ class JobResult:
     def network_seconds(self) -> float:
         """Seconds the engine ran: what teaches the job pool the network's current speed."""
         return self.times.upscale_ms / 1e3
+
+
+async def run_admitted(pool: JobPool, engine: Upscaler, job: UpscaleJob, work: Work, decoder: Sandbox,
+                       planner: Planner, disconnected: Callable[[], Awaitable[bool]]) -> JobResult | None:
+    """The admitted job's result from a worker of ``pool`` (decoded in ``decoder``), within the
+    planner's time limit, or None when the client went away (the job is then cancelled); the job
+    pool's, sandbox's or job's errors as raised."""
+    try:
+        # a models-folder model's work is the descriptor's estimate: its time would teach the work
+        # model, calibrated on the default model, a load that is not the machine's
+        return await pool.run(run_job, engine, job, decoder, planner, timeout=planner.timeout_s, work=work,
+                              stop=job.stop, disconnected=disconnected, learn=job.teaches,
+                              network_seconds=JobResult.network_seconds)
+    except ClientGoneError:
+        log.info("client gone: job cancelled")
+        return None
 
 
 def run_job(engine: Upscaler, job: UpscaleJob, decoder: Sandbox, planner: Planner) -> JobResult:

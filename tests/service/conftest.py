@@ -63,7 +63,7 @@ def make_image() -> Callable[..., bytes]:
 
 
 class JobGate:
-    """Stands in for sr.service.core.run_job: each job signals it started, then waits for release (a slow
+    """Stands in for sr.service.running.run_job: each job signals it started, then waits for release (a slow
     model); ``request_changes`` are applied to the job's UpscaleRequest before it really runs (e.g.
     tta=False: admitted as a tta job, run as a plain one)."""
 
@@ -81,12 +81,12 @@ class JobGate:
 
 @pytest.fixture
 def gate_jobs(monkeypatch: pytest.MonkeyPatch) -> Callable[..., JobGate]:
-    """gate_jobs(**request_changes) installs a JobGate in place of sr.service.core.run_job and returns it."""
-    import sr.service.core as service_core
+    """gate_jobs(**request_changes) puts a JobGate in place of sr.service.running.run_job, and returns it."""
+    import sr.service.running as service_running
 
     def install(**request_changes: object) -> JobGate:
-        gate = JobGate(service_core.run_job, **request_changes)
-        monkeypatch.setattr(service_core, "run_job", gate)
+        gate = JobGate(service_running.run_job, **request_changes)
+        monkeypatch.setattr(service_running, "run_job", gate)
         return gate
 
     return install

@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-import sr.service.core as service_core
+import sr.service.running as service_running
 from sr.descriptor import family_of
 from sr.service.answer import download_name
 
@@ -287,7 +287,7 @@ def test_unexpected_engine_error_is_a_json_500_and_the_server_keeps_serving(make
     client = make_client()
     # Same app (already started); this client returns the 500 instead of re-raising it in the test.
     quiet = TestClient(client.app, raise_server_exceptions=False)
-    monkeypatch.setattr(service_core, "run_job", broken)
+    monkeypatch.setattr(service_running, "run_job", broken)
     r = _post(quiet, make_image())
     assert r.status_code == 500 and r.json() == {"detail": "internal server error (RuntimeError)"}
     monkeypatch.undo()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageCms
 
-import sr.service.core as service_core
+import sr.service.running as service_running
 from sr.io import read_image
 from sr.service.settings import Settings, SettingsError
 
@@ -29,7 +29,7 @@ class _Recorder:
 
     def __init__(self) -> None:
         self.calls = 0
-        self.real = service_core.run_job
+        self.real = service_running.run_job
 
     def __call__(self, engine, job, *rest):
         self.calls += 1
@@ -46,7 +46,7 @@ def _solid_png(w: int, h: int) -> bytes:
 
 def test_small_uploads_asking_huge_outputs_are_refused_before_any_work(make_client, monkeypatch) -> None:
     recorder = _Recorder()
-    monkeypatch.setattr(service_core, "run_job", recorder)
+    monkeypatch.setattr(service_running, "run_job", recorder)
     client = make_client()  # the default limits
     cases = [
         (_solid_png(16, 16), {"width": 9000, "height": 9000}, "9000x9000 output is 81.0 megapixels, "
@@ -82,7 +82,7 @@ def test_a_late_orientation_is_refused_on_the_turned_size_before_any_work(make_c
     # prediction must use the turned size (and this machine's measured speed): a 422 at once,
     # not a job that holds the worker until the time limit.
     recorder = _Recorder()
-    monkeypatch.setattr(service_core, "run_job", recorder)
+    monkeypatch.setattr(service_running, "run_job", recorder)
     client = make_client(workers=1, timeout_s=10)
     start = time.perf_counter()
     r = _post(client, _late_exif_png(600, 40, 6), width=2100)
@@ -137,7 +137,7 @@ def test_a_decoded_size_other_than_the_probed_one_is_planned_again(make_client, 
 
 def test_outscale_output_limit_and_tta_work_limit(make_client, make_image, monkeypatch) -> None:
     recorder = _Recorder()
-    monkeypatch.setattr(service_core, "run_job", recorder)
+    monkeypatch.setattr(service_running, "run_job", recorder)
     # 24x20 at x2: 1,920 output pixels; the network makes 1,920 per pass, 15,360 with tta
     client = make_client(max_output_pixels=10_000, max_work_pixels=5_000)
     r = _post(client, make_image(24, 20), outscale=16)  # 384x320 = 122,880 output pixels
