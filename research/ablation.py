@@ -1,18 +1,22 @@
 """``python -m research.ablation RUN_DIR...``: one table for training runs compared at equal compute.
 
-Per run: its network (attention kind, parameters, MACs for a 1280x720 output), its training
+Per run: its network (attention kind, parameters, MACs for a 1280x720 output and per output pixel,
+the forward's CPU time on one ``--forward-size`` square LR tile, fp32), its training
 (steps, CPU hours from the checkpoint's ``cpu_elapsed``, CPU seconds per step), its ``best.pt``
 (chosen by the run's ``--best-on``, on valid/ for the ablations) with the validation PSNR / SSIM
 that the trainer recorded for it (the protocol of ``sr eval``: Y channel, border = scale), and the
 inference speed of its network: whole images (the LR of ``--hr``'s first ``--images`` images),
 one forward each, the runs taking turns image by image so that load from other processes hits
 them alike; output MP/s is total output pixels over the summed fastest-of-``--rounds`` times.
+The forward time is this process's CPU time (steady on a shared machine with one thread), the
+median of ``--rounds`` interleaved rounds on one random tile.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,6 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--images", type=int, default=4, help="images of --hr to time (default 4)")
     p.add_argument("--rounds", type=int, default=2, help="timed passes per image and run (default 2)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--kinds", default="", metavar="K1,K2",
+                   help="also untrained networks of the runs' preset and scale with these attention kinds, "
+                        "for the cost columns only (arms whose runs are gone)")
+    p.add_argument("--forward-size", type=int, default=0, metavar="N",
+                   help="also time one forward on an N x N LR tile, fp32, CPU time (default 0: off)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
@@ -47,6 +56,11 @@ class RunRow:
     best_step: int
     results: dict = field(default_factory=dict)  # set -> {"psnr", "ssim"} of best.pt
     mp_s: float | None = None
+    forward_ms: float | None = None
+
+    @property
+    def macs_per_px(self) -> float:
+        return self.macs_g * 1e9 / (1280 * 720)
 
 
 def _load_run(run_dir: Path):
@@ -70,6 +84,19 @@ def _load_run(run_dir: Path):
         cpu_s_per_step=cpu / max(1, int(last["step"])), best_step=int(best["step"]),
         results=best.get("best", {}).get("results", {}),
     )
+    return row, model
+
+
+def _untrained(kind: str, preset: str, scale: int):
+    from sr.models import SRNet, count_macs, count_params
+    from sr.models.attention import attention_kinds
+    from sr.models.registry import build_config
+
+    if kind not in attention_kinds():
+        raise CLIError(f"--kinds: unknown attention kind {kind!r} (known: {', '.join(attention_kinds())})")
+    model = SRNet(build_config(preset, scale, attention=kind)).eval()
+    row = RunRow(run=f"{kind} (untrained)", attention=kind, params=count_params(model),
+                 macs_g=count_macs(model) / 1e9, steps=0, cpu_hours=0.0, cpu_s_per_step=0.0, best_step=0)
     return row, model
 
 
@@ -100,26 +127,49 @@ def time_side_by_side(models: list[torch.nn.Module], inputs: list[torch.Tensor],
     return [pixels / 1e6 / sum(times) for times in best]
 
 
+def forward_cpu_ms(models: list[torch.nn.Module], size: int, rounds: int) -> list[float]:
+    """Each model's median forward CPU time (ms) on one random ``size`` x ``size`` tile, the models
+    taking turns round by round after one untimed warm-up forward each."""
+    x = torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(0))
+    times: list[list[float]] = [[] for _ in models]
+    with torch.inference_mode():
+        for model in models:
+            model(x)
+        for _ in range(rounds):
+            for m, model in enumerate(models):
+                t = time.process_time()
+                model(x)
+                times[m].append((time.process_time() - t) * 1e3)
+    return [statistics.median(t) for t in times]
+
+
 def table(rows: list[RunRow]) -> str:
     sets = list(dict.fromkeys(s for r in rows for s in r.results))
-    head = ["run", "attention", "params", "GMACs", "steps", "CPU h", "CPU s/step", "best step",
-            *[f"{s} PSNR / SSIM" for s in sets], "MP/s"]
+    timed = any(r.forward_ms is not None for r in rows)
+    head = ["run", "attention", "params", "GMACs", "MACs/px", "steps", "CPU h", "CPU s/step", "best step",
+            *[f"{s} PSNR / SSIM" for s in sets], "MP/s", *(["forward ms"] if timed else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         scores = [f"{r.results[s]['psnr']:.4f} / {r.results[s]['ssim']:.4f}" if s in r.results else "-"
                   for s in sets]
         mp = "-" if r.mp_s is None else f"{r.mp_s:.3f}"
-        lines.append("| " + " | ".join([r.run, r.attention, f"{r.params:,}", f"{r.macs_g:.1f}", str(r.steps),
-                                        f"{r.cpu_hours:.2f}", f"{r.cpu_s_per_step:.2f}", str(r.best_step),
-                                        *scores, mp]) + " |")
+        fwd = ([] if not timed else ["-" if r.forward_ms is None else f"{r.forward_ms:.0f}"])
+        trained = ([str(r.steps), f"{r.cpu_hours:.2f}", f"{r.cpu_s_per_step:.2f}", str(r.best_step)]
+                   if r.steps else ["-"] * 4)
+        lines.append("| " + " | ".join([r.run, r.attention, f"{r.params:,}", f"{r.macs_g:.1f}",
+                                        f"{r.macs_per_px:,.0f}", *trained, *scores, mp, *fwd]) + " |")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.images < 1 or args.rounds < 1:
         raise CLIError("--images and --rounds must be >= 1")
+    if args.forward_size < 0:
+        raise CLIError("--forward-size must be >= 0 (0: no forward timing)")
     set_threads(args.threads)
     loaded = [_load_run(Path(d)) for d in args.runs]
+    preset = json.loads((Path(args.runs[0]) / "config.json").read_text())["preset"]
+    loaded += [_untrained(k, preset, loaded[0][1].scale) for k in filter(None, args.kinds.split(","))]
     rows, models = [r for r, _ in loaded], [m for _, m in loaded]
     scales = {m.scale for m in models}
     if len(scales) > 1:
@@ -131,10 +181,14 @@ def run(args: argparse.Namespace) -> int:
                                     models[0].scale)
         for r, s in zip(rows, speeds, strict=True):
             r.mp_s = s
+    if args.forward_size:
+        for r, ms in zip(rows, forward_cpu_ms(models, args.forward_size, args.rounds), strict=True):
+            r.forward_ms = ms
     print(table(rows))
     if args.json:
         write_json(args.json, {"threads": torch.get_num_threads(), "hr": args.hr, "images": args.images,
-                               "runs": [asdict(r) for r in rows]})
+                               "forward_size": args.forward_size,
+                               "runs": [{**asdict(r), "macs_per_px": r.macs_per_px} for r in rows]})
     return 0
 
 

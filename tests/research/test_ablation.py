@@ -57,3 +57,31 @@ def test_errors_name_the_problem(two_runs, tmp_path, capsys):
     run = str(two_runs / "runs" / "none")
     assert main([run, "--hr", str(tmp_path / "missing")]) != 0
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_cost_columns_and_untrained_kinds(two_runs, tmp_path, capsys):
+    out = tmp_path / "cost.json"
+    run = str(two_runs / "runs" / "none")
+    args = ["--kinds", "window,linear", "--forward-size", "24", "--rounds", "2", "--json", str(out)]
+    assert main([run, *args]) == 0
+    text = capsys.readouterr().out
+    assert "MACs/px" in text and "forward ms" in text
+    assert "| window (untrained) | window |" in text and "| - | - | - | - |" in text
+    data = json.loads(out.read_text())
+    assert data["forward_size"] == 24
+    rows = data["runs"]
+    assert [r["attention"] for r in rows] == ["none", "window", "linear"]
+    for r in rows:
+        assert r["forward_ms"] > 0
+        assert r["macs_per_px"] == pytest.approx(r["macs_g"] * 1e9 / (1280 * 720))
+    # an attention block adds parameters and MACs to the same body
+    assert rows[0]["params"] < rows[1]["params"] and rows[0]["macs_g"] < rows[2]["macs_g"]
+    assert rows[1]["steps"] == 0 and rows[1]["results"] == {}
+
+
+def test_unknown_kind_and_bad_size_are_refused(two_runs, capsys):
+    run = str(two_runs / "runs" / "none")
+    assert main([run, "--kinds", "nope"]) != 0
+    assert "unknown attention kind 'nope'" in capsys.readouterr().err
+    assert main([run, "--forward-size", "-1"]) != 0
+    assert "--forward-size must be >= 0" in capsys.readouterr().err
