@@ -2,9 +2,10 @@
 
 What it runs is found once, from metadata (:mod:`sr.inference.family_weights`: the family's files,
 the partners of a denoise or look blend, the pre model); each scale's network loads on first use
-(:mod:`sr.inference.networks`); each pass is cut into tiles (:class:`~sr.inference.tiling.TilePolicy`) and run
-tile by tile (:mod:`sr.inference.passes` holds the tensor work). Loads and forwards run with the
-engine's own thread count and backend flags (:func:`~sr.inference.devices.torch_settings`).
+(:mod:`sr.inference.networks`); the passes run in :class:`~sr.inference.passes.PassChain`, each
+cut into tiles when it comes (:class:`~sr.inference.tiling.TilePolicy`), and the result is resized to
+the exact output size last (:mod:`sr.inference.resample`). Loads and forwards run with the engine's
+own thread count and backend flags (:func:`~sr.inference.devices.torch_settings`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,9 @@ from .engine import Plan, SizePlan, StopCheck, UpscaleError, Upscaler, UpscaleRe
 from .family_weights import FamilyWeights
 from .model_choice import ModelChoice, Source
 from .networks import Networks
-from .passes import Loaded, halving_tile_on_oom, nearest_resize, run_tiles
-from .precision import precision_name
-from .resample import resize_to
-from .tiling import ProgressFn, TileFn, TileGrid, TilePolicy, plan_axis, run_tiled
+from .passes import Loaded, PassChain, run_tiles
+from .resample import fit_to, mean_budget
+from .tiling import ProgressFn, TileFn, TileGrid, TilePolicy, plan_axis
 
 
 class FamilyEngine(Upscaler):
@@ -55,6 +55,8 @@ class FamilyEngine(Upscaler):
         self._networks = Networks(self._weights, self.device, self.precision, self.memory_format,
                                   self.attention_path, self.compile, shipped_dir)
         self._tiles = TilePolicy(self.tile, self.tile_overlap, self.device, self.attention_path == "static")
+        self._chain = PassChain(self._tiles, self._pass_network, self._weights.descriptor, self.device,
+                                self.memory_format, self.shape_bucket, self.tile_batch)
 
     # -- what the engine answers -------------------------------------------------------------
     def model_name(self, scale: int) -> str:
@@ -84,6 +86,11 @@ class FamilyEngine(Upscaler):
             raise UpscaleError(f"{self.name} has no x{scale} model (scales: {self.scales})")
         with torch_settings(self.device, self.threads):
             return self._networks.get(scale, pixels)
+
+    def _pass_network(self, scale: int | None, pixels: int) -> Loaded:
+        """What a pass of :class:`~sr.inference.passes.PassChain` runs: the ``scale`` network for an
+        input of ``pixels``, or (None) the pre model; loaded now if it was not."""
+        return self._networks.pre() if scale is None else self._networks.get(scale, pixels)
 
     def load(self, scale: int | None = None) -> None:
         with torch_settings(self.device, self.threads):
@@ -143,88 +150,31 @@ class FamilyEngine(Upscaler):
 
         return run, loaded.align
 
-    def _run_pass(
-        self, loaded: Loaded, pixels: np.ndarray, want_budget: bool, tta: bool = False,
-        should_stop: StopCheck | None = None, out_dtype: type = np.float32,
-        progress: ProgressFn | None = None,
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        h, w = pixels.shape[:2]
-        tile, overlap = self._tiles.cut(self._weights.descriptor(loaded.scale), loaded.grid, h, w)
-
-        def run_many(arrs: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray | None]]:
-            return run_tiles(loaded, arrs, self.device, self.memory_format, self.shape_bucket, want_budget,
-                             tta, should_stop)
-
-        def attempt(tile: int | None) -> tuple[np.ndarray, np.ndarray | None]:
-            return run_tiled(
-                pixels, lambda a: run_many([a])[0], loaded.scale, tile, overlap, loaded.align, want_budget,
-                run_many=run_many if self.tile_batch > 1 and self.shape_bucket else None,
-                batch=self.tile_batch, out_dtype=out_dtype, progress=progress,
-            )
-
-        # a GPU out of memory: the whole pass again with half the tile (the plan changes)
-        return halving_tile_on_oom(attempt, tile, max(h, w), overlap, loaded.align, self.device)
-
-    def _run_passes(
-        self, pixels: np.ndarray, passes: list[int], want_budget: bool, tta: bool = False,
-        should_stop: StopCheck | None = None, out_dtype: type = np.float32,
-        progress: ProgressFn | None = None,
-    ) -> tuple[np.ndarray, list[np.ndarray], list[str], list[str]]:
-        """Chain the passes; the last one writes ``out_dtype`` (the others feed a pass: float32).
-        Returns the output, the budget maps, and each pass's network name and number type."""
-        maps, names, precisions = [], [], []
-        for n, s in enumerate(passes):
-            loaded = self._networks.get(s, pixels.shape[0] * pixels.shape[1])
-            last = n == len(passes) - 1
-            pixels, budget = self._run_pass(loaded, pixels, want_budget, tta, should_stop,
-                                            out_dtype if last else np.float32, progress)
-            names.append(loaded.name)
-            precisions.append(precision_name(loaded.dtype))
-            if budget is not None:
-                maps.append(budget)
-        return pixels, maps, names, precisions
-
     def run_sized(
         self, img: DecodedImage, size: SizePlan, alpha_mode: str, with_budget_map: bool, tta: bool,
         should_stop: StopCheck | None, quantize: bool, progress: ProgressFn | None,
     ) -> UpscaleResult:
         start = time.perf_counter()
         (out_h, out_w), passes = size
-        pixels = img.pixels
-        h, w = pixels.shape[:2]
-        alpha = img.alpha
-        quantize = quantize and alpha is None
+        h, w = img.pixels.shape[:2]
+        quantize = quantize and img.alpha is None
         samples = SAMPLE_TYPES[img.bit_depth] if quantize else np.float32
         # Straight into samples only when the model's output is the final size (no resize after it).
         exact = (h * math.prod(passes), w * math.prod(passes)) == (out_h, out_w)
         with torch_settings(self.device, self.threads), torch.inference_mode():
-            pixels = to_float(pixels)  # decoded float32 as it is; samples (a quantized result) scaled
-            pre_names, pre_precisions = [], []
-            if self._weights.pre is not None:  # restoration first, on the input's colour (not alpha)
-                loaded = self._networks.pre()
-                pixels = self._run_pass(loaded, pixels, False, tta, should_stop, np.float32, progress)[0]
-                pre_names.append(loaded.name)
-                pre_precisions.append(precision_name(loaded.dtype))
-            out, maps, names, precisions = self._run_passes(pixels, passes, with_budget_map, tta,
-                                                            should_stop, samples if exact else np.float32,
-                                                            progress)
-            names, precisions = pre_names + names, pre_precisions + precisions
-            if out.shape[:2] != (out_h, out_w):
-                out = np.clip(resize_to(out, out_h, out_w), 0, 1)
-            out_alpha = None
-            if alpha is not None:
-                a = to_float(np.asarray(alpha))
-                if alpha_mode == "model":
-                    a = self._run_passes(a[:, :, None], passes, False, tta, should_stop)[0][:, :, 0]
-                out_alpha = np.clip(resize_to(a, out_h, out_w), 0, 1) if a.shape != (out_h, out_w) else a
+            pixels = to_float(img.pixels)  # decoded float32 as it is; samples (a quantized result) scaled
+            alpha = None if img.alpha is None else to_float(np.asarray(img.alpha))
+            chained = self._chain.run_passes(
+                pixels, alpha if alpha_mode == "model" else None, passes, self._weights.pre is not None,
+                with_budget_map, tta, should_stop, samples if exact else np.float32, progress)
+            out, out_alpha = fit_to(chained.pixels, chained.alpha if alpha_mode == "model" else alpha,
+                                    out_h, out_w)
             if quantize:
                 out = quantize_samples(out, samples)
-        budget = None
-        if with_budget_map and maps:
-            budget = np.mean([nearest_resize(m, out_h, out_w) for m in maps], axis=0).astype(np.float32)
+        budget = mean_budget(chained.budget_maps, out_h, out_w) if with_budget_map else None
         out = np.ascontiguousarray(out, dtype=samples)
         return UpscaleResult(
             image=dataclasses.replace(img, pixels=out, alpha=out_alpha),
-            budget_map=budget, model="+".join(names), scale=math.prod(passes),
-            seconds=time.perf_counter() - start, precisions=tuple(precisions),
+            budget_map=budget, model="+".join(chained.names), scale=math.prod(passes),
+            seconds=time.perf_counter() - start, precisions=tuple(chained.precisions),
         )

@@ -1,8 +1,11 @@
-"""One forward of the network over a list of tiles: the tensor work of a pass.
+"""The passes of an upscale and the tensor work of each.
 
-(h, w, C) float32 tiles in, ((s*h, s*w, C) float32 in [0, 1], budget (h, w) or None) out. Gray (and
-alpha run through the model) goes through the RGB network as three equal channels and is averaged
-back; ``tta`` averages the 8 flips/rotations (:mod:`sr.inference.ensemble`).
+:func:`run_tiles` is one forward of the network over a list of tiles: (h, w, C) float32 tiles in,
+((s*h, s*w, C) float32 in [0, 1], budget (h, w) or None) out. Gray (and alpha run through the model)
+goes through the RGB network as three equal channels and is averaged back; ``tta`` averages the 8
+flips/rotations (:mod:`sr.inference.ensemble`). :class:`PassChain` runs a whole upscale's passes in
+order (the pre model, the scale passes, alpha's), each cut and blended by
+:meth:`~sr.inference.tiling.TilePolicy.run_pass`, so one image goes down once and comes back once.
 """
 
 from __future__ import annotations
@@ -10,15 +13,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 import torch
 
+from ..descriptor import ModelDescriptor
 from ..models import SRNet
 from .ensemble import self_ensemble
-from .errors import StopCheck, UpscaleCancelled, UpscaleError
-from .tiling import TileGrid, min_tile
+from .errors import StopCheck, UpscaleCancelled
+from .precision import precision_name
+from .tiling import BatchTileFn, ProgressFn, TileGrid, TilePolicy
 
 # What runs a network: the net itself, or its torch.compile'd wrapper; (x) or (x, aux).
 Forward = Callable[..., torch.Tensor]
@@ -40,42 +44,6 @@ class Loaded:
     @property
     def grid(self) -> TileGrid:
         return TileGrid(self.scale, self.align, self.channels, self.dtype, self.own)
-
-
-def is_oom(e: BaseException) -> bool:
-    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
-    return isinstance(e, oom) or (isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
-
-
-R = TypeVar("R")
-
-
-def halving_tile_on_oom(
-    attempt: Callable[[int | None], R], tile: int | None, longest: int, overlap: int, align: int,
-    device: torch.device,
-) -> R:
-    """``attempt(tile)``; where a GPU runs out of memory, the whole attempt again with half the tile
-    (aligned; None, the whole input of ``longest`` side, halves too) until it fits, and UpscaleError
-    once the tile would be smaller than ``overlap`` allows. Other errors, and any on a CPU, propagate."""
-    while True:
-        try:
-            return attempt(tile)
-        except (RuntimeError, MemoryError) as e:
-            if device.type not in ("cuda", "mps") or not is_oom(e):
-                raise
-            if device.type == "cuda" and torch.cuda.is_initialized():
-                torch.cuda.empty_cache()  # give the failed attempt's blocks back before retrying
-            smaller = (tile or longest) // 2 // align * align
-            if smaller < min_tile(overlap, align):
-                raise UpscaleError(f"out of {device.type} memory even with tile {tile}") from None
-            tile = smaller
-
-
-def nearest_resize(a: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
-    h, w = a.shape
-    rows = np.minimum(((np.arange(out_h) + 0.5) * h / out_h).astype(np.int64), h - 1)
-    cols = np.minimum(((np.arange(out_w) + 0.5) * w / out_w).astype(np.int64), w - 1)
-    return a[rows[:, None], cols[None, :]]
 
 
 def _batch(arrs: list[np.ndarray], align: int, shape_bucket: int | None) -> np.ndarray:
@@ -129,3 +97,85 @@ def run_tiles(
         (out[i, : s * h, : s * w], None if budgets is None else budgets[i, :h, :w])
         for i, (h, w) in enumerate(sizes)
     ]
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One pass of a chain: the network of ``scale`` (None: the pre model) over the colour plane, or
+    over the alpha plane."""
+
+    scale: int | None
+    alpha: bool = False
+    want_budget: bool = False
+    out_dtype: type = np.float32
+    progress: ProgressFn | None = None
+
+
+@dataclass(frozen=True)
+class Chained:
+    """What a chain of passes made: the colour output, the alpha one (None where alpha did not run
+    through the model), the colour passes' budget maps, and each colour pass's network name and
+    number type (the pre model's first)."""
+
+    pixels: np.ndarray
+    alpha: np.ndarray | None
+    budget_maps: list[np.ndarray]
+    names: list[str]
+    precisions: list[str]
+
+
+@dataclass(frozen=True)
+class PassChain:
+    """Runs an upscale's passes one after the other: the pre model's (colour only), the scale passes,
+    then the same scale passes on alpha. ``network(scale, pixels)``: the network a pass runs on an
+    input of ``pixels`` (scale None: the pre model), loaded on first use; ``descriptor(scale)``: its
+    file (1: the pre model's). ``tiles`` cuts each pass when it comes, after its network is loaded,
+    so that the auto tile follows the memory free then."""
+
+    tiles: TilePolicy
+    network: Callable[[int | None, int], Loaded]
+    descriptor: Callable[[int], ModelDescriptor]
+    device: torch.device
+    memory_format: torch.memory_format
+    shape_bucket: int | None
+    tile_batch: int
+
+    def run_passes(
+        self, pixels: np.ndarray, alpha: np.ndarray | None, passes: list[int], pre: bool, want_budget: bool,
+        tta: bool, should_stop: StopCheck | None, out_dtype: type, progress: ProgressFn | None,
+    ) -> Chained:
+        """(H, W, 3) float32 ``pixels``, and the (H, W) float32 ``alpha`` where it runs through the model
+        (else None), through the chain (``pre``: the pre model first). The last colour pass writes
+        ``out_dtype``; a pass that feeds another writes float32."""
+        steps = [_Step(None, progress=progress)] if pre else []
+        last = len(passes) - 1
+        steps += [_Step(s, False, want_budget, out_dtype if n == last else np.float32, progress)
+                  for n, s in enumerate(passes)]
+        steps += [_Step(s, alpha=True) for s in passes] if alpha is not None else []
+        planes = [pixels, pixels if alpha is None else alpha[:, :, None]]  # alpha as (H, W, 1)
+        batch = self.tile_batch if self.tile_batch > 1 and self.shape_bucket else 1
+        maps, names, precisions = [], [], []
+        for step in steps:
+            src = planes[step.alpha]
+            loaded = self.network(step.scale, src.shape[0] * src.shape[1])
+            forward = self._forward(loaded, step.want_budget, tta, should_stop)
+            planes[step.alpha], budget = self.tiles.run_pass(
+                src, self.descriptor(loaded.scale), loaded.grid, forward, batch, step.want_budget,
+                step.out_dtype, step.progress)
+            if not step.alpha:
+                names.append(loaded.name)
+                precisions.append(precision_name(loaded.dtype))
+            if budget is not None:
+                maps.append(budget)
+        return Chained(planes[0], None if alpha is None else planes[1][:, :, 0], maps, names, precisions)
+
+    def _forward(
+        self, loaded: Loaded, want_budget: bool, tta: bool, should_stop: StopCheck | None
+    ) -> BatchTileFn:
+        """:func:`run_tiles` of ``loaded`` as a pass's tile plan calls it: tiles in, their results out."""
+
+        def run_many(arrs: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray | None]]:
+            return run_tiles(loaded, arrs, self.device, self.memory_format, self.shape_bucket, want_budget,
+                             tta, should_stop)
+
+        return run_many

@@ -1,4 +1,5 @@
-"""Final resize to an exact output size: the project's MATLAB bicubic, with sparse per-axis matrices.
+"""Final resize to an exact output size: the project's MATLAB bicubic, with sparse per-axis matrices
+(:func:`fit_to` resizes an upscale's colour and alpha; budget maps take the nearest pixel).
 
 :func:`sr.resize.imresize` builds a dense (out x in) float64 matrix per axis and works on a float64
 copy of the image, which is fine for benchmark crops but costs gigabytes on a large upscaled output.
@@ -54,3 +55,30 @@ def resize_to(img: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
             x = (axis_matrix(x.shape[1], out_w) @ xt).reshape(out_w, x.shape[0], c).transpose(1, 0, 2)
     x = np.ascontiguousarray(x, dtype=np.float32)
     return x[:, :, 0] if squeeze else x
+
+
+def fit_to(
+    pixels: np.ndarray, alpha: np.ndarray | None, out_h: int, out_w: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The model's (H, W, C) output and the (H, W) alpha (or None) at exactly (out_h, out_w): each that
+    is not already resized by :func:`resize_to` and clipped to [0, 1], the others as they are."""
+
+    def fit(x: np.ndarray) -> np.ndarray:
+        return x if x.shape[:2] == (out_h, out_w) else np.clip(resize_to(x, out_h, out_w), 0, 1)
+
+    return fit(pixels), None if alpha is None else fit(alpha)
+
+
+def nearest_resize(a: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
+    """(h, w) -> (out_h, out_w) by the nearest pixel centre (a budget map: per region, not smoothed)."""
+    h, w = a.shape
+    rows = np.minimum(((np.arange(out_h) + 0.5) * h / out_h).astype(np.int64), h - 1)
+    cols = np.minimum(((np.arange(out_w) + 0.5) * w / out_w).astype(np.int64), w - 1)
+    return a[rows[:, None], cols[None, :]]
+
+
+def mean_budget(maps: list[np.ndarray], out_h: int, out_w: int) -> np.ndarray | None:
+    """The passes' (h, w) budget maps at the output size, averaged to one float32 map; None for none."""
+    if not maps:
+        return None
+    return np.mean([nearest_resize(m, out_h, out_w) for m in maps], axis=0).astype(np.float32)

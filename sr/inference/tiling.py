@@ -17,7 +17,8 @@ caller's size, or "auto" from the memory free now and, on a CPU, each size's mea
 overlap is the engine's for sr's own networks; a model of another architecture gets the overlap its
 measured receptive field needs (:mod:`sr.external.receptive`), so its tiles are seam-free, narrowed
 again where the caller's own tile size leaves no room for it. The policy sits beside the plan it
-chooses from, so one pass's cut reads in one file.
+chooses from, so one pass's cut reads in one file; :meth:`TilePolicy.run_pass` cuts and runs a pass,
+with half the tile again where a GPU runs out of memory (:func:`halving_tile_on_oom`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -256,6 +258,23 @@ class TilePolicy:
         side = self._side(desc, grid, h, w)
         return side, self._pass_overlap(desc, side, h, w)
 
+    def run_pass(
+        self, pixels: np.ndarray, desc: ModelDescriptor, grid: TileGrid, run_many: BatchTileFn, batch: int,
+        want_budget: bool, out_dtype: type, progress: ProgressFn | None,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """One pass of ``desc``'s network (``run_many`` on a list of tiles) over (H, W, C) ``pixels``: cut
+        by :meth:`cut`, run by :func:`run_tiled` (``batch`` tiles per call where it is over 1); a GPU
+        out of memory: the whole pass again with half the tile (the plan changes)."""
+        h, w = pixels.shape[:2]
+        tile, overlap = self.cut(desc, grid, h, w)
+
+        def attempt(tile: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+            return run_tiled(pixels, lambda a: run_many([a])[0], grid.scale, tile, overlap, grid.align,
+                             want_budget, run_many=run_many if batch > 1 else None, batch=batch,
+                             out_dtype=out_dtype, progress=progress)
+
+        return halving_tile_on_oom(attempt, tile, max(h, w), overlap, grid.align, self.device)
+
     def _side(self, desc: ModelDescriptor, grid: TileGrid, h: int, w: int) -> int | None:
         if self.tile == "auto" and desc.tiling != "supported":
             return None  # spandrel advises against tiling this model (global context, or its own tiles)
@@ -428,3 +447,32 @@ def run_tiled(
         if progress is not None:
             progress(start + len(group), len(spans))
     return canvas.result(), budget_sum
+
+
+def is_oom(e: BaseException) -> bool:
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
+    return isinstance(e, oom) or (isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
+
+
+R = TypeVar("R")
+
+
+def halving_tile_on_oom(
+    attempt: Callable[[int | None], R], tile: int | None, longest: int, overlap: int, align: int,
+    device: torch.device,
+) -> R:
+    """``attempt(tile)``; where a GPU runs out of memory, the whole attempt again with half the tile
+    (aligned; None, the whole input of ``longest`` side, halves too) until it fits, and UpscaleError
+    once the tile would be smaller than ``overlap`` allows. Other errors, and any on a CPU, propagate."""
+    while True:
+        try:
+            return attempt(tile)
+        except (RuntimeError, MemoryError) as e:
+            if device.type not in ("cuda", "mps") or not is_oom(e):
+                raise
+            if device.type == "cuda" and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()  # give the failed attempt's blocks back before retrying
+            smaller = (tile or longest) // 2 // align * align
+            if smaller < min_tile(overlap, align):
+                raise UpscaleError(f"out of {device.type} memory even with tile {tile}") from None
+            tile = smaller

@@ -72,7 +72,7 @@ def test_devices_and_dtype(tiny_x2):
 
 def test_out_of_memory_retries_with_half_the_tile():
     """A GPU that cannot hold tiles over 50 px: the pass runs again with half the tile until it fits."""
-    from sr.inference.passes import halving_tile_on_oom
+    from sr.inference.tiling import halving_tile_on_oom
 
     cuda = torch.device("cuda")  # only the policy looks at the device: nothing runs on it
     tried = []
