@@ -59,6 +59,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            help="where --degrade pool patches start in their source: on its LR grid, or "
                                 "at any pixel, so a grid in the source (JPEG blocks) is not locked to the "
                                 "patch's and cannot be learnt as a dot lattice (default: lr)")
+        elif name == "flat_weight":
+            p.add_argument(flag, type=float, default=None, metavar="W",
+                           help="weight of a term against texture or noise invented on flat areas: on "
+                                "HR's smooth pixels, the output's local high-pass energy beyond HR's "
+                                "own, in grey levels (default: 0 = off)")
         elif name == "loss":
             p.add_argument(flag, choices=LOSS_CHOICES, default=None, help=f"pixel loss (default: {default})")
         elif name == "init_layers":

@@ -10,6 +10,9 @@ three terms keep the generator honest, all computable here without a downloaded 
 - artefact weighting after LDL (Liang et al., CVPR 2022): where the output's residual is locally
   noisy *and* worse than the EMA model's, its pixel loss is weighted up, so invented texture on
   smooth regions is pulled back to the target (LDL's weights, scaled to mean 1 over the batch).
+
+Two terms aimed at what a GAN paints on HR's smooth areas follow: the grid-locked dot lattice
+(:func:`phase_loss`) and invented texture or noise (:func:`flat_loss`).
 """
 
 from __future__ import annotations
@@ -147,6 +150,18 @@ def _luma(x: torch.Tensor) -> torch.Tensor:
     return (x * weights).sum(1, keepdim=True)
 
 
+def _high_pass(y: torch.Tensor) -> torch.Tensor:
+    # y: (N, 1, H, W) -> y less its Gaussian blur of sigma PHASE_SIGMA (the lattice measure's high-pass)
+    return y - _gaussian_blur(y, PHASE_SIGMA)
+
+
+def smooth_mask(hr_y: torch.Tensor) -> torch.Tensor:
+    """HR's smooth pixels (N, 1, H, W) bool: the local standard deviation of its luminance ``hr_y``
+    (N, 1, H, W) in [0, 1] over PHASE_WINDOW x PHASE_WINDOW under PHASE_SMOOTH_STD (the lattice measure's
+    sky, wall or skin)."""
+    return _local_variance(hr_y, PHASE_WINDOW).sqrt() < PHASE_SMOOTH_STD
+
+
 def phase_means(
     out: torch.Tensor, hr: torch.Tensor, scale: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -159,13 +174,13 @@ def phase_means(
     """
     out_y, hr_y = _luma(out.float()), _luma(hr.float())
     with torch.no_grad():
-        smooth = (_local_variance(hr_y, PHASE_WINDOW).sqrt() < PHASE_SMOOTH_STD).to(out_y.dtype)
+        smooth = smooth_mask(hr_y).to(out_y.dtype)
         n, _, h, w = smooth.shape
         weight = smooth.view(n, h // scale, scale, w // scale, scale).sum((1, 3))  # (N, s, s)
         counted = (weight >= PHASE_MIN_PIXELS).flatten(1).all(1)  # (N,)
     result = []
     for y in (out_y, hr_y):
-        hp = (y - _gaussian_blur(y, PHASE_SIGMA)) * smooth  # (N, 1, H, W)
+        hp = _high_pass(y) * smooth  # (N, 1, H, W)
         total = hp.view(n, h // scale, scale, w // scale, scale).sum((1, 3))  # (N, s, s)
         mean = total / weight.clamp_min(1.0) * 255.0
         result.append(mean - mean.mean((1, 2), keepdim=True))
@@ -181,3 +196,48 @@ def phase_loss(out: torch.Tensor, hr: torch.Tensor, scale: int) -> torch.Tensor:
     if not counted.any():
         return (fake * 0).sum()  # keeps the graph; no image to score
     return (fake - real).abs()[counted].mean()
+
+
+# The invented-texture term. On heavily compressed input a GAN fine-tune paints noise on areas HR has
+# flat (research.perceptual_photo's "flat" ratio of local standard deviations rises well above 1).
+# On HR's smooth pixels the term compares the local energy of the luminance high-pass (its RMS over a
+# PHASE_WINDOW box, in grey levels) of output and HR and charges only the excess: energies, not the
+# pixels themselves, so the output may carry HR's own faint grain without drawing the same grains
+# (the pixel loss already pulls toward those), and one-sided, so an output smoother than HR costs
+# nothing here. Per image, as the phase term: an image's value is its mean over its own smooth
+# pixels, and images with too little smooth area are left out rather than counted as 0.
+FLAT_MIN_PIXELS = 64  # smooth pixels an image needs to count: fewer are a textured area's fringes
+_FLAT_EPS = 1e-4  # grey levels^2 under the root: a finite gradient where the high-pass is exactly 0
+
+
+def flat_energy(out: torch.Tensor, hr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The local high-pass RMS, in grey levels, of ``out``'s and ``hr``'s luminance (each (N, 1, H, W))
+    and HR's smooth pixels (N, 1, H, W) bool; ``out`` and ``hr``: (N, 3, H, W) in [0, 1]. Computed in
+    fp32 with autocast off, so a bf16 output under autocast is scored as precisely as an fp32 one."""
+    with torch.autocast(out.device.type, enabled=False):
+        out_y = _luma(out.float())
+        with torch.no_grad():
+            hr_y = _luma(hr.float())
+            smooth = smooth_mask(hr_y)
+        energies = []
+        for y in (out_y, hr_y):
+            hp = _high_pass(y) * 255.0  # (N, 1, H, W) grey levels
+            pad = PHASE_WINDOW // 2
+            power = F.avg_pool2d(F.pad(hp * hp, (pad, pad, pad, pad), mode="reflect"), PHASE_WINDOW,
+                                 stride=1)
+            energies.append((power + _FLAT_EPS).sqrt())
+    return energies[0], energies[1].detach(), smooth
+
+
+def flat_loss(out: torch.Tensor, hr: torch.Tensor) -> torch.Tensor:
+    """Invented texture on HR's smooth areas, in grey levels (fp32 scalar): per image, the mean over
+    HR's smooth pixels of relu(E(out) - E(HR)), E the local high-pass RMS of :func:`flat_energy`; then
+    the mean over the images with at least FLAT_MIN_PIXELS smooth pixels (0 when none has)."""
+    fake, real, smooth = flat_energy(out, hr)
+    excess = (fake - real).clamp_min(0) * smooth  # (N, 1, H, W)
+    count = smooth.flatten(1).sum(1)  # (N,)
+    counted = count >= FLAT_MIN_PIXELS
+    if not counted.any():
+        return (excess * 0).sum()  # keeps the graph; no image to score
+    per_image = excess.flatten(1).sum(1) / count.clamp_min(1)  # (N,)
+    return per_image[counted].mean()

@@ -72,6 +72,9 @@ class TrainConfig:
     # L1 between output's and HR's per-output-phase high-pass means in grey levels: no grid-locked
     # dot lattice (sr.train.adversarial.phase_loss); 0 = off
     phase_weight: float = 0.0
+    # local high-pass energy of the output beyond HR's own on HR's smooth pixels, in grey levels: no
+    # texture or noise invented on flat areas (sr.train.adversarial.flat_loss); 0 = off
+    flat_weight: float = 0.0
     disc_width: int = 16  # the discriminator's channels at full resolution
     disc_lr: float = 1e-4
     # keep an EMA snapshot (snap-STEP.pt, best.pt's format) every N steps: a perceptual run is chosen

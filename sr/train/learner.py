@@ -1,8 +1,8 @@
 """The network being trained, its EMA and optimiser, and the one training step they take.
 
 :meth:`Learner.train_step` is the step of ``sr train``'s loop and of ``sr bench train``: forward
-(collecting the budget loss), the generator loss (pixel + budget, and the frequency, phase and GAN
-terms when weighted), backward, clipping, AdamW, EMA. The perceptual fine-tune's discriminator is a
+(collecting the budget loss), the generator loss (pixel + budget, and the frequency, phase, flat and
+GAN terms when weighted), backward, clipping, AdamW, EMA. The perceptual fine-tune's discriminator is a
 part it holds (:class:`sr.train.gan.Adversary`) when ``gan_weight`` > 0.
 """
 
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from ..cpu import cpu_has_amx
 from ..models import SRNet, build_config
-from .adversarial import frequency_loss, phase_loss
+from .adversarial import flat_loss, frequency_loss, phase_loss
 from .config import AMP_CHOICES, TrainConfig
 from .gan import Adversary
 
@@ -76,7 +76,7 @@ class Learner:
 
     def train_step(self, lr: torch.Tensor, hr: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """One optimiser step on a batch on the device: forward (collecting the budget loss), pixel
-        + ``budget_weight`` x budget loss (+ the weighted frequency, phase and GAN terms), backward,
+        + ``budget_weight`` x budget loss (+ the weighted frequency, phase, flat and GAN terms), backward,
         clipping, AdamW, the discriminator's own step in a GAN run, EMA; ``step`` counts it.
 
         Returns the pixel loss (detached, still on the device: reading it makes the host wait for
@@ -95,6 +95,10 @@ class Learner:
             phase = phase_loss(out, hr, cfg.scale)
             aux["phase"] = phase.detach()
             loss = loss + cfg.phase_weight * phase
+        if cfg.flat_weight > 0:
+            flat = flat_loss(out, hr)
+            aux["flat"] = flat.detach()
+            loss = loss + cfg.flat_weight * flat
         if self.gan is not None:
             loss = loss + self.gan.generator_terms(lr, out, hr, self.ema, aux)
         self.opt.zero_grad(set_to_none=True)

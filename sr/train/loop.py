@@ -68,8 +68,9 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError(f"--cycle-start {cfg.cycle_start} must lie in [0, --steps {cfg.steps})")
     check_rescale(cfg.rescale)
     check_rgb_perm(cfg.rgb_perm)
-    if cfg.gan_weight < 0 or cfg.snapshot_every < 0 or cfg.phase_weight < 0:
-        raise ValueError("--gan-weight, --phase-weight and --snapshot-every must be >= 0")
+    for name in ("gan_weight", "phase_weight", "flat_weight", "snapshot_every"):
+        if getattr(cfg, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
     if cfg.gan_weight > 0 and (cfg.patch * cfg.scale) % 8:
         raise ValueError(f"--gan-weight needs an HR patch side (--patch x --scale = "
                          f"{cfg.patch * cfg.scale}) that is a multiple of 8 (the discriminator's "
@@ -112,7 +113,7 @@ class _LogWindow:
 
     def add(self, pixel: torch.Tensor, aux: dict) -> None:
         self.loss_sum += pixel
-        for key in ("gan", "feature", "artefact", "phase", "disc"):
+        for key in ("gan", "feature", "artefact", "phase", "flat", "disc"):
             if key in aux:
                 self.extra_sums[key] = self.extra_sums.get(key, self.zero) + aux[key].float()
         maps = aux.get("budget_maps")
