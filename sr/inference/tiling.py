@@ -394,6 +394,17 @@ class _Canvas:
         return self.out
 
 
+def _blend(dest: np.ndarray, tile: np.ndarray, wy: np.ndarray, wx: np.ndarray) -> None:
+    """``dest += tile * (wy x wx)``, the multiply skipped where both weights are 1 (a rectangle: the
+    tile's interior, most of it). x * 1 == x exactly, so the sums are the same to the bit."""
+    (ya, yb), (xa, xb) = (((int(k[0]), int(k[-1]) + 1) if k.size else (0, 0))
+                          for k in (np.flatnonzero(wy == 1), np.flatnonzero(wx == 1)))
+    for r, c in ((slice(0, ya), slice(None)), (slice(yb, None), slice(None)),
+                 (slice(ya, yb), slice(0, xa)), (slice(ya, yb), slice(xb, None))):  # the ramps
+        dest[r, c] += tile[r, c] * (wy[r, None] * wx[None, c])[:, :, None]
+    dest[ya:yb, xa:xb] += tile[ya:yb, xa:xb]
+
+
 def run_tiled(
     pixels: np.ndarray,
     run: TileFn,
@@ -437,8 +448,7 @@ def run_tiled(
         results = run_many(crops) if run_many is not None else [run(crops[0])]
         for (i, j), (tile_out, tile_budget) in zip(group, results, strict=True):
             (y0, y1), (x0, x1) = rows[i], cols[j]
-            weight = wy_out[i][:, None] * wx_out[j][None, :]
-            canvas.band(i)[:, x0 * scale : x1 * scale] += tile_out * weight[:, :, None]
+            _blend(canvas.band(i)[:, x0 * scale : x1 * scale], tile_out, wy_out[i], wx_out[j])
             if budget_sum is not None and tile_budget is not None:
                 # Budgets are per attention region: cut at the overlap's middle (a region boundary when
                 # starts are aligned) instead of fading, so each region shows one tile's decision.

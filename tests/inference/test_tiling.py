@@ -143,14 +143,16 @@ def context_op(a: np.ndarray) -> tuple[np.ndarray, None]:
     return np.clip(0.8 * up + 0.2 * a.mean(axis=(0, 1)), 0, 1).astype(np.float32), None
 
 
-def blend_everything(pixels: np.ndarray, run, scale: int, tile: int, overlap: int, align: int) -> np.ndarray:
-    """The blending before tile rows were streamed: one full-size float32 sum, tile by tile."""
+def blend_everything(pixels: np.ndarray, run, scale: int, tile: int, overlap: int, align: int,
+                     ramp: float = tiling.BLEND_RAMP) -> np.ndarray:
+    """The blending before tile rows were streamed: one full-size float32 sum, tile by tile, each
+    tile times its whole weight map."""
     h, w, c = pixels.shape
     rows, cols = plan_axis(h, tile, overlap, align), plan_axis(w, tile, overlap, align)
     out = np.zeros((h * scale, w * scale, c), np.float32)
     for i, (y0, y1) in enumerate(rows):
         for j, (x0, x1) in enumerate(cols):
-            weight = axis_weights(rows, i, scale)[:, None] * axis_weights(cols, j, scale)[None, :]
+            weight = axis_weights(rows, i, scale, ramp)[:, None] * axis_weights(cols, j, scale, ramp)[None, :]
             tile_out = run(pixels[y0:y1, x0:x1])[0]
             out[y0 * scale : y1 * scale, x0 * scale : x1 * scale] += tile_out * weight[:, :, None]
     return out
@@ -169,6 +171,14 @@ def test_streamed_samples_equal_quantizing_the_float_output(shape, tile, overlap
         samples, _ = run_tiled(pixels, context_op, 2, tile, overlap, align, out_dtype=dtype)
         assert samples.dtype == dtype
         np.testing.assert_array_equal(samples, quantize(reference, dtype))
+
+
+@pytest.mark.parametrize("ramp", [0.0, 0.25, 1.0])
+def test_blending_is_the_weighted_sum_bit_for_bit_at_any_ramp(ramp):
+    # a hard cut (weights 0 and 1 only), a narrow ramp and one across the whole overlap
+    pixels = np.random.default_rng(3).random((160, 130, 3), dtype=np.float32)
+    floats, _ = run_tiled(pixels, context_op, 2, 56, 16, 8, ramp=ramp)
+    np.testing.assert_array_equal(floats, blend_everything(pixels, context_op, 2, 56, 16, 8, ramp))
 
 
 def test_batched_tiles_across_rows_stream_the_same_samples():
