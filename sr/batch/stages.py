@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..io.formats import writable_format_for
+from .heap import release_free_heap
 from .jobs import Job, output_format
 from .options import BatchOptions
 from .samples import Samples, pack, unpack
@@ -79,7 +80,8 @@ def upscale_input(
 ) -> tuple[Output | None, str | None]:
     """Upscale one decoded image with the batch's options: (Output, None) or (None, the reason).
     ``job.src`` is the file ``--model auto`` reads its compression from. The engine streams its tiles
-    into 8/16-bit samples (``quantize``): a quarter of float32's memory for a big photo."""
+    into 8/16-bit samples (``quantize``): a quarter of float32's memory for a big photo. After a
+    big output the heap's free pages go back to the system (:mod:`sr.batch.heap`)."""
     from ..inference import UpscaleError
 
     try:
@@ -89,7 +91,10 @@ def upscale_input(
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - e.g. out of memory on a huge image: next file
         return None, f"upscaling failed ({type(e).__name__}: {e})"
-    return _output(result, job, opts, up.k_max), None
+    output = _output(result, job, opts, up.k_max)
+    del result
+    release_free_heap(output.pixels)  # the tiles' freed activations, before the writer's encode allocates
+    return output, None
 
 
 def _output(result: UpscaleResult, job: Job, opts: BatchOptions, k_max: float | None) -> Output:
