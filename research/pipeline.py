@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--valid", required=True,
                    help="folder of valid images (the mosaic and the precision runs)")
     p.add_argument("--work", required=True, help="scratch folder for the mosaic and the outputs")
-    p.add_argument("--what", default="big,precision", help="big and/or precision (default both)")
+    p.add_argument("--what", default="big,precision",
+                   help="big, stages and/or precision (default big,precision)")
     p.add_argument("--images", type=int, default=12, help="valid images for the precision runs (default 12)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the precision runs")
     p.add_argument("--body-rounds", type=int, default=5, help="rounds of the conv body timing (default 5)")
@@ -158,17 +159,18 @@ def body_time(path: Path, rounds: int) -> dict:
             "body_s": per_px["body"] * img.width * img.height, "pixels": img.width * img.height}
 
 
-def big(args: argparse.Namespace, work: Path) -> dict:
+def mosaic_jpeg(args: argparse.Namespace, path: Path, width: int, height: int) -> Path:
+    """The valid images' mosaic of width x height written to ``path`` as a quality 90 JPEG."""
     from PIL import Image
 
-    files = valid_images(Path(args.valid))
-    src = work / "in"
-    src.mkdir(parents=True, exist_ok=True)
-    jpeg = src / "big-4000x3000.jpg"
-    Image.fromarray(mosaic(files, 4000, 3000)).save(jpeg, quality=90)
-    small = work / "in12" / "mid-2000x1500.jpg"
-    small.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(mosaic(files, 2000, 1500)).save(small, quality=90)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(mosaic(valid_images(Path(args.valid)), width, height)).save(path, quality=90)
+    return path
+
+
+def big(args: argparse.Namespace, work: Path) -> dict:
+    jpeg = mosaic_jpeg(args, work / "in" / "big-4000x3000.jpg", 4000, 3000)
+    small = mosaic_jpeg(args, work / "in12" / "mid-2000x1500.jpg", 2000, 1500)
     job = run_sr([str(jpeg), "-o", str(work / "out"), "-f", "jpg", "-v", "--overwrite"])
     print(job["out"].strip())
     body = body_time(jpeg, args.body_rounds)
@@ -196,6 +198,24 @@ def big(args: argparse.Namespace, work: Path) -> dict:
               f"{fixed['cpu_s']:.1f} s, peak RSS {result['tile_peak_rss_mb']:.0f} MiB; auto is "
               f"{fixed['cpu_s'] / job['cpu_s']:.2f}x faster (CPU)")
     return result
+
+
+def stages(args: argparse.Namespace, work: Path) -> dict:
+    """The 4000x3000 job's CPU time by stage, in this process on one thread
+    (:mod:`research.pipeline_stages`)."""
+    from .pipeline_stages import breakdown, rows
+
+    jpeg = mosaic_jpeg(args, work / "in" / "big-4000x3000.jpg", 4000, 3000)
+    b = breakdown(jpeg, work / "out-stages")
+    table = rows(b)
+    total = sum(v for label, v in table if not label.startswith(" "))
+    print(f"4000x3000 JPEG -> x2, -f jpg, defaults ({b['ran']}, tile {b['tile']}, {b['tiles']} tiles), "
+          f"one thread, CPU seconds by stage (set-up {b['seconds']['set-up']:.1f} s not counted):")
+    for label, v in table:
+        print(f"  {label:<66} {v:7.2f} s {v / total:6.1%}")
+    print(f"  {'total':<66} {total:7.2f} s")
+    print("peak RSS by stage: " + ", ".join(f"{k} {v:.0f} MiB" for k, v in b["peak_rss_mb"].items()))
+    return {**b, "rows": table, "total_s": total}
 
 
 def precision(args: argparse.Namespace, work: Path) -> dict:
@@ -254,8 +274,8 @@ def precision(args: argparse.Namespace, work: Path) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     what = {w.strip() for w in args.what.split(",") if w.strip()}
-    if not what or what - {"big", "precision"}:
-        raise CLIError(f"--what must name big and/or precision, got {args.what!r}")
+    if not what or what - {"big", "stages", "precision"}:
+        raise CLIError(f"--what must name big, stages and/or precision, got {args.what!r}")
     if not Path(args.valid).is_dir():
         raise CLIError(f"--valid {args.valid}: not a folder")
     if args.images < 1 or args.rounds < 1 or args.body_rounds < 1:
@@ -265,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     figures = {}
+    if "stages" in what:  # first: it runs in this process, before big's conv body timing loads more
+        figures["stages"] = stages(args, work)
     if "big" in what:
         figures["big"] = big(args, work)
     if "precision" in what:
