@@ -15,6 +15,9 @@ Printed per row: ms per tile, microseconds per input pixel of a tile (what the e
 table holds, :data:`sr.inference.tiling.CPU_TILE_COST`), and the seconds per output megapixel
 of a whole ``--image-size`` job cut into that tile (overlap recomputed, edge tiles counted).
 
+With ``--overlaps 8,16,32`` the same job's time is also estimated at each overlap: the plan's tiled
+input pixels (overlaps counted twice) times the size's us/px.
+
 Then the relative table the engine holds: per precision, each model's us/px divided by its own
 fastest size, averaged over the models (``--merge`` prints it from the JSON of several runs):
 
@@ -39,7 +42,7 @@ import torch
 from benchmarks.cost import DEFAULT_MODELS, PRECISIONS, int_list, load_picture
 from benchmarks.tooling import set_threads, write_json
 from sr.errors import CLIError
-from sr.inference.tiling import plan_axis
+from sr.inference.tiling import min_tile, plan_axis
 from sr.request import DEFAULT_TILE_OVERLAP
 
 from ._script import run_script
@@ -63,6 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="process CPU time or wall time")
     p.add_argument("--image-size", default="4000x3000", help="WxH of the job the s/output MP is for")
+    p.add_argument("--overlaps", type=int_list, default=[DEFAULT_TILE_OVERLAP],
+                   help="tile overlaps to estimate that job's time at (default the engine's, 16)")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     p.add_argument("--merge", nargs="+", metavar="JSON",
                    help="measure nothing: print the relative table of these runs' JSON")
@@ -107,6 +112,29 @@ def job_tiles(width: int, height: int, tile: int, align: int) -> tuple[int, int]
     rows = plan_axis(height, tile, DEFAULT_TILE_OVERLAP, align)
     cols = plan_axis(width, tile, DEFAULT_TILE_OVERLAP, align)
     return len(rows) * len(cols), width * height
+
+
+def tiled_pixels(width: int, height: int, tile: int, overlap: int, align: int) -> int:
+    """Input pixels the tiles of a width x height input cut into ``tile`` hold (overlaps twice)."""
+    rows, cols = plan_axis(height, tile, overlap, align), plan_axis(width, tile, overlap, align)
+    return sum(b - a for a, b in rows) * sum(b - a for a, b in cols)
+
+
+def print_overlaps(rows: list[TileRow], aligns: dict[str, tuple[int, int]], width: int, height: int,
+                   overlaps: list[int]) -> dict[str, dict[int, dict[int, float]]]:
+    """Seconds per output MP of the width x height job at each tile size and overlap: the plan's tiled
+    pixels times the size's measured us/px (a smaller overlap recomputes less, and shows more seams)."""
+    table: dict[str, dict[int, dict[int, float]]] = {}
+    print("| model | precision | tile | " + " | ".join(f"overlap {o}: s/output MP" for o in overlaps) + " |")
+    print("|---|---|---|" + "---|" * len(overlaps))
+    for r in rows:
+        align, scale = aligns[r.model]
+        per = {o: tiled_pixels(width, height, r.tile, o, align) * r.us_per_px / (width * height * scale**2)
+               for o in overlaps if r.tile >= min_tile(o, align)}
+        table.setdefault(f"{r.model} {r.precision}", {})[r.tile] = per
+        print(f"| {r.model} | {r.precision} | {r.tile} | "
+              + " | ".join(f"{per[o]:.3f}" if o in per else "too small" for o in overlaps) + " |")
+    return table
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,9 +196,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"| {r.model} | {r.precision} | {r.tile} | {r.ms_per_tile:.1f} | {r.us_per_px:.3f} "
               f"| {r.s_per_out_mp:.3f} |")
     print_table(rows)
+    aligns = {name: (align, scale) for name, _, _, _, _, align, scale in configs}
+    by_overlap = print_overlaps(rows, aligns, width, height, args.overlaps)
     if args.json:
         write_json(args.json, {"clock": args.clock, "threads": torch.get_num_threads(),
-                               "rows": [asdict(r) for r in rows]})
+                               "rows": [asdict(r) for r in rows], "by_overlap": by_overlap})
     return 0
 
 

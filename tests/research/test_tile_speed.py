@@ -39,3 +39,17 @@ def test_relative_table_is_the_mean_of_each_models_own_ratios(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{}")
     assert tile_speed.main(["--merge", str(tmp_path / "bad.json")]) != 0
     assert "not a tile_speed JSON" in capsys.readouterr().err
+
+
+def test_the_job_at_each_overlap_costs_its_tiled_pixels(capsys):
+    rows = [TileRow("m", "bf16", 256, 0, 2.0, 0), TileRow("m", "bf16", 48, 0, 1.0, 0)]
+    table = tile_speed.print_overlaps(rows, {"m": (8, 2)}, 1000, 600, [0, 16, 32])
+    # 1000 x 600 in 256 px tiles: more overlap, more pixels computed twice
+    for overlap in (0, 16, 32):
+        px = tile_speed.tiled_pixels(1000, 600, 256, overlap, 8)
+        assert table["m bf16"][256][overlap] == px * 2.0 / (1000 * 600 * 4)
+    assert tile_speed.tiled_pixels(1024, 512, 256, 0, 8) == 1024 * 512  # no overlap, even cut: once each
+    c = table["m bf16"][256]
+    assert c[0] < c[16] < c[32]
+    assert 32 not in table["m bf16"][48]  # a 48 px tile is too small for a 32 px overlap
+    assert "too small" in capsys.readouterr().out
