@@ -162,7 +162,9 @@ class FamilyEngine(Upscaler):
         # Straight into samples only when the model's output is the final size (no resize after it).
         exact = (h * math.prod(passes), w * math.prod(passes)) == (out_h, out_w)
         with torch_settings(self.device, self.threads), torch.inference_mode():
-            pixels = to_float(img.pixels)  # decoded float32 as it is; samples (a quantized result) scaled
+            # float32 as it is; integer samples stay integers until each tile is cut (passes._batch
+            # converts them to the same floats): a quarter of float32's memory for a big 8-bit photo
+            pixels = img.pixels
             alpha = None if img.alpha is None else to_float(np.asarray(img.alpha))
             chained = self._chain.run_passes(
                 pixels, alpha if alpha_mode == "model" else None, passes, self._weights.pre is not None,

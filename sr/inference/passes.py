@@ -1,10 +1,10 @@
 """The passes of an upscale and the tensor work of each.
 
-:func:`run_tiles` is one forward of the network over a list of tiles: (h, w, C) float32 tiles in,
-((s*h, s*w, C) float32 in [0, 1], budget (h, w) or None) out. Gray (and alpha run through the model)
-goes through the RGB network as three equal channels and is averaged back; ``tta`` averages the 8
-flips/rotations (:mod:`sr.inference.ensemble`). :class:`PassChain` runs a whole upscale's passes in
-order (the pre model, the scale passes, alpha's), each cut and blended by
+:func:`run_tiles` is one forward of the network over a list of tiles: (h, w, C) float32 tiles (or
+integer samples) in, ((s*h, s*w, C) float32 in [0, 1], budget (h, w) or None) out. Gray (and alpha
+run through the model) goes through the RGB network as three equal channels and is averaged back;
+``tta`` averages the 8 flips/rotations (:mod:`sr.inference.ensemble`). :class:`PassChain` runs a
+whole upscale's passes in order (the pre model, the scale passes, alpha's), each cut and blended by
 :meth:`~sr.inference.tiling.TilePolicy.run_pass`, so one image goes down once and comes back once.
 """
 
@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..descriptor import ModelDescriptor
+from ..io import to_float
 from ..models import SRNet
 from .ensemble import self_ensemble
 from .errors import StopCheck, UpscaleCancelled
@@ -47,8 +48,10 @@ class Loaded:
 
 
 def _batch(arrs: list[np.ndarray], align: int, shape_bucket: int | None) -> np.ndarray:
-    """(B, C, H, W): with a shape bucket the tiles padded (edge replication, bottom/right) to one
-    shape, a multiple of the bucket; without one (CPU) a single tile at its exact size."""
+    """(B, C, H, W) float32: with a shape bucket the tiles padded (edge replication, bottom/right) to
+    one shape, a multiple of the bucket; without one (CPU) a single tile at its exact size. Tiles of
+    integer samples (a decoded file's, kept as integers until cut) become float32 here, tile by tile:
+    the floats converting the whole image would give, in a tile's memory instead of the image's."""
     sizes = [a.shape[:2] for a in arrs]
     if shape_bucket:
         step = math.lcm(shape_bucket, align)
@@ -57,15 +60,16 @@ def _batch(arrs: list[np.ndarray], align: int, shape_bucket: int | None) -> np.n
         arrs = [np.pad(a, ((0, hb - a.shape[0]), (0, wb - a.shape[1]), (0, 0)), mode="edge") for a in arrs]
     elif len(arrs) > 1:
         raise ValueError("several tiles per forward need a shape bucket")
-    return np.ascontiguousarray(np.stack(arrs).transpose(0, 3, 1, 2))
+    batch = np.ascontiguousarray(np.stack(arrs).transpose(0, 3, 1, 2))
+    return to_float(batch) if batch.dtype.kind in "ui" else batch
 
 
 def run_tiles(
     loaded: Loaded, arrs: list[np.ndarray], device: torch.device, memory_format: torch.memory_format,
     shape_bucket: int | None, want_budget: bool, tta: bool = False, should_stop: StopCheck | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    """[(h, w, C) float32] -> [((s*h, s*w, C) float32 in [0, 1], budget (h, w) or None)], one forward;
-    outputs cropped back from the bucketed shape."""
+    """[(h, w, C) float32 or uint8/uint16 samples] -> [((s*h, s*w, C) float32 in [0, 1], budget (h, w)
+    or None)], one forward; outputs cropped back from the bucketed shape."""
     c = arrs[0].shape[2]
     sizes = [a.shape[:2] for a in arrs]
     x = torch.from_numpy(_batch(arrs, loaded.align, shape_bucket))  # (B, C, H, W)
@@ -144,8 +148,9 @@ class PassChain:
         self, pixels: np.ndarray, alpha: np.ndarray | None, passes: list[int], pre: bool, want_budget: bool,
         tta: bool, should_stop: StopCheck | None, out_dtype: type, progress: ProgressFn | None,
     ) -> Chained:
-        """(H, W, 3) float32 ``pixels``, and the (H, W) float32 ``alpha`` where it runs through the model
-        (else None), through the chain (``pre``: the pre model first). The last colour pass writes
+        """(H, W, 3) float32 ``pixels`` (or uint8/uint16 samples, converted tile by tile), and the (H, W)
+        float32 ``alpha`` where it runs through the model (else None), through the chain (``pre``: the
+        pre model first). The last colour pass writes
         ``out_dtype``; a pass that feeds another writes float32."""
         steps = [_Step(None, progress=progress)] if pre else []
         last = len(passes) - 1

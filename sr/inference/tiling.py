@@ -419,7 +419,8 @@ def run_tiled(
     out_dtype: type = np.float32,
     progress: ProgressFn | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Upscale (H, W, C) float32 tile by tile; returns ((sH, sW, C) output, budget (H, W) or None).
+    """Upscale (H, W, C) float32, or integer samples ``run`` converts per tile, tile by tile; returns
+    ((sH, sW, C) output, budget (H, W) or None).
 
     The output is float32, or with ``out_dtype`` uint8/uint16 the samples :func:`sr.io.quantize`
     makes of it, assembled one tile row at a time (:class:`_Canvas`). With ``run_many``, tiles go to

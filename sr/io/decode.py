@@ -32,7 +32,7 @@ from .errors import (
 )
 from .formats import read_formats, sniff
 from .guards import DEFAULT_MAX_PIXELS, MAX_PNG_CHUNK, check_decode_cost
-from .image import DecodedImage
+from .image import SAMPLE_TYPES, DecodedImage
 from .tiff import sample_layout
 
 # Pillow's decoders signal bad data with assorted exception types; TypeError too (a TIFF directory
@@ -86,9 +86,13 @@ quiet_pillow = _PillowSettings()
 
 def read_image(
     source: str | Path | bytes | BinaryIO, max_pixels: int | None = DEFAULT_MAX_PIXELS,
-    formats: Collection[str] | None = None,
+    formats: Collection[str] | None = None, samples: bool = False,
 ) -> DecodedImage:
     """Decode a path, bytes or binary stream. Raises an :class:`ImageError` subclass on bad input.
+
+    ``samples``: keep the file's integers (uint8, uint16 for 16-bit images; alpha likewise) instead
+    of float32: a quarter of the memory at 8 bits, and :func:`~sr.io.to_float` gives the same floats
+    bit for bit (the engine converts them tile by tile). They may be read-only.
 
     ``max_pixels`` (None: no limit of ours) is checked on the header, before any pixel is decoded.
     Pillow's own limit (``PIL.Image.MAX_IMAGE_PIXELS``) applies too: the effective limit is the
@@ -100,7 +104,7 @@ def read_image(
     names = _accepted(data, path, formats)
     check_decode_cost(data, path)
     with quiet_pillow(), _decoding(path, data, max_pixels, names):
-        return _decode(data, path, max_pixels, names)
+        return _decode(data, path, max_pixels, names, samples)
 
 
 def read_array(path: str | Path, rgb: bool = False) -> np.ndarray:
@@ -235,7 +239,9 @@ def _open(data: bytes, names: tuple[str, ...]) -> Image.Image:
     return Image.open(io.BytesIO(data), formats=[f for f in names if f in Image.OPEN])
 
 
-def _decode(data: bytes, path: str | None, max_pixels: int | None, names: tuple[str, ...]) -> DecodedImage:
+def _decode(
+    data: bytes, path: str | None, max_pixels: int | None, names: tuple[str, ...], samples: bool = False,
+) -> DecodedImage:
     im = _open(data, names)
     w, h = im.size
     _check_pixels(w, h, max_pixels, path)
@@ -255,8 +261,13 @@ def _decode(data: bytes, path: str | None, max_pixels: int | None, names: tuple[
     else:
         im.load()
         values, alpha, depth, icc = _decode_standard(im, icc, path)
-    maxv = np.float32(65535 if depth == 16 else 255)
     orientation = _orientation(im)
+    if samples:  # in the bit depth's own type (an 8-bit mode I image's values come as uint16)
+        kind = SAMPLE_TYPES[depth]
+        values = _orient(values.astype(kind, copy=False), orientation)
+        alpha = None if alpha is None else _orient(alpha.astype(kind, copy=False), orientation)
+        return DecodedImage(values, alpha, depth, icc, fmt, mode)
+    maxv = np.float32(65535 if depth == 16 else 255)
     # one pass, into the one float32 copy (a 12 MP photo's is 144 MB): the same division as casting
     # first and dividing in place, without a second walk over it
     pixels = np.divide(values, maxv, dtype=np.float32)

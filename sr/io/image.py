@@ -102,5 +102,6 @@ def quantize(x: np.ndarray, dtype: type, scratch: bool = False) -> np.ndarray:
 def to_float(x: np.ndarray) -> np.ndarray:
     """uint8/uint16 samples to float32 in [0, 1]; float input as float32."""
     if x.dtype.kind in "ui":
-        return x.astype(np.float32) / np.float32(np.iinfo(x.dtype).max)
+        # one pass into the one float32 array: the same division as casting first, then dividing
+        return np.divide(x, np.float32(np.iinfo(x.dtype).max), dtype=np.float32)
     return np.asarray(x, dtype=np.float32)
