@@ -144,7 +144,7 @@ def instrument(timers: Timers, stack: contextlib.ExitStack) -> None:
     timers.wrap(tiling._Canvas, "finish", "quantise rows", stack)
     timers.wrap(stages, "pack", "pack samples", stack)
     timers.wrap(stages, "release_free_heap", "heap back", stack)
-    timers.wrap(encode, "encode_image", "encode", stack)
+    timers.wrap(encode.PreparedImage, "_save", "encode", stack)  # Pillow's save, into the file
     timers.wrap(Image, "fromarray", "array to Pillow", stack)
     network_hooks(timers, stack)
 
@@ -206,7 +206,7 @@ def rows(b: dict) -> list[tuple[str, float]]:
     overlap = 1 - b["work_pixels"] / b["tiled_pixels"] if b["tiled_pixels"] else 0.0
     rest = s("upscale") - s("tile loop") - s("pack samples") - s("heap back")
     return [
-        ("decode (JPEG, to float32)", s("decode")),
+        ("decode (JPEG, to 8-bit samples)", s("decode")),
         ("tile to network input: stack to (B, C, H, W)", stack),
         ("tile to network input: dtype cast, channels-last", to_input - stack),
         ("network: conv body and upsampler", net - attention),
@@ -219,6 +219,6 @@ def rows(b: dict) -> list[tuple[str, float]]:
         ("pack samples for the writer", s("pack samples")),
         ("heap's free pages back (malloc_trim)", s("heap back")),
         ("array to Pillow", s("array to Pillow")),
-        ("JPEG encode", s("encode") - s("array to Pillow")),
-        ("file write (atomic)", s("write") - s("encode")),
+        ("JPEG encode", s("encode")),
+        ("file write (atomic)", s("write") - s("encode") - s("array to Pillow")),
     ]

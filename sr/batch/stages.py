@@ -7,7 +7,7 @@ fault: it returns the reason, and the batch goes on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,11 +48,12 @@ def make_upscaler(
 
 
 def read_input(job: Job, max_pixels: int) -> tuple[DecodedImage | None, str | None]:
-    """Decode a job's input: (DecodedImage, None), or (None, the reason to report)."""
+    """Decode a job's input: (DecodedImage, None), or (None, the reason to report). Its samples stay
+    integers (a quarter of float32's memory at 8 bits): the engine converts them tile by tile."""
     from ..io import read_image
 
     try:
-        return read_image(job.src, max_pixels=max_pixels), None
+        return read_image(job.src, max_pixels=max_pixels, samples=True), None
     except Exception as e:  # noqa: BLE001 - any failure is this file's: reported, the batch goes on
         return None, getattr(e, "reason", None) or str(e)
 
@@ -62,7 +63,7 @@ class Output:
     """One upscaled image as the writer needs it: integer samples (not the engine's float32), the
     budget heat-map already coloured, and what ran."""
 
-    image: Samples
+    image: Samples | None  # None once the writer has taken it (take_image)
     heat: np.ndarray | None  # uint8 (H, W, 3), or None
     no_budget_map: bool  # a map was asked for, but the model has no adaptive attention
     model: str
@@ -70,9 +71,19 @@ class Output:
     choice: str = ""  # --model auto: what was chosen and why
     ran: str = ""  # each network with its number type: "photo-x4 in bf16" (-v's per-file line)
 
-    @property
-    def pixels(self) -> int:
-        return int(self.image.planes.shape[0] * self.image.planes.shape[1])
+    pixels: int = field(default=0, init=False)  # the image's, kept when the writer takes it
+
+    def __post_init__(self) -> None:
+        if self.image is not None:
+            self.pixels = int(self.image.planes.shape[0] * self.image.planes.shape[1])
+
+    def take_image(self) -> Samples:
+        """The samples, handed over: this Output holds them no longer, so the encoder, holding the
+        only reference, lets them go once it has its own copy (a 48 MP photo's are 137 MiB)."""
+        image, self.image = self.image, None
+        if image is None:
+            raise RuntimeError("the output's samples were already taken")
+        return image
 
 
 def upscale_input(
@@ -148,16 +159,19 @@ class Written:
 
 
 def write_output(job: Job, output: Output, opts: BatchOptions) -> Written:
-    """Encode and atomically write one job's output (and budget map)."""
-    from ..io import DecodedImage, ImageError, write_image
+    """Encode and atomically write one job's output (and budget map). The writer takes the output's
+    samples (:meth:`Output.take_image`): they are freed as soon as the encoder has its copy, before
+    it allocates its own buffers."""
+    from ..io import DecodedImage, ImageError, prepare_image, write_image
 
     try:
         job.out.parent.mkdir(parents=True, exist_ok=True)
         if job.out.exists() and not (opts.overwrite or opts.skip_existing):
             hint = opts.option_name("overwrite")
             raise FileExistsError(f"output {job.out} appeared meanwhile (use {hint})")
-        write_image(job.out, unpack(output.image), output_format(job, opts.request.format),
-                    opts.request.quality)
+        # one expression: no name holds the samples once Pillow has its copy
+        prepare_image(unpack(output.take_image()), output_format(job, opts.request.format),
+                      opts.request.quality).write(job.out)
         if output.heat is not None:
             write_image(job.budget, DecodedImage(output.heat.astype(np.float32) / 255), "png")
     except (ImageError, OSError) as e:

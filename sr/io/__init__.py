@@ -6,7 +6,8 @@ ICC profile kept, 16-bit sources kept at full precision. Anything it cannot take
 corrupt, not an image, animated, too many pixels, a format the caller does not accept) raises one
 :class:`ImageError` subclass with a clear message. :func:`encode_image` / :func:`write_image` go the
 other way: PNG (16-bit when the source was), JPEG or WebP, alpha recombined, ICC profile written
-back, files replaced atomically.
+back, files replaced atomically (:func:`prepare_image` first, where the caller can let the samples go
+before the encoder runs).
 
 :data:`FORMATS` is the one table of image formats (suffixes, Pillow names, MIME types, readable or
 writable) that the CLI, evaluation, training and the service read; :func:`atomic_write` is the one way

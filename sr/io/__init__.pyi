@@ -9,7 +9,9 @@ from .atomic import atomic_write as atomic_write
 from .decode import read_array as read_array
 from .decode import read_image as read_image
 from .decode import read_size as read_size
+from .encode import PreparedImage as PreparedImage
 from .encode import encode_image as encode_image
+from .encode import prepare_image as prepare_image
 from .encode import write_image as write_image
 from .errors import AnimatedImageError as AnimatedImageError
 from .errors import DecodeLimitError as DecodeLimitError

@@ -17,6 +17,7 @@ from sr.io import (
     ImageEncodeError,
     ImageWriteError,
     encode_image,
+    prepare_image,
     quantize,
     read_image,
     write_image,
@@ -197,3 +198,43 @@ def test_samples_with_alpha_encode_like_floats_where_alpha_is_stored():
     floats_of_samples = DecodedImage(samples.pixels.astype(np.float32) / 255,
                                      alpha=samples.alpha.astype(np.float32) / 255)
     assert encode_image(samples, "jpg") == encode_image(floats_of_samples, "jpg")
+
+
+@pytest.mark.parametrize("fmt", ["png", "jpg", "webp"])
+@pytest.mark.parametrize("depth", [8, 16])
+def test_a_written_file_holds_the_encoded_bytes(tmp_path, fmt, depth):
+    """write_image streams the encoder into the file: the same bytes encode_image returns."""
+    colour, alpha = rgba_image()
+    img = DecodedImage(colour / 255.0, alpha=alpha / 255.0, bit_depth=depth)
+    out = write_image(tmp_path / f"x.{fmt}", img)
+    assert out.read_bytes() == encode_image(img, fmt)
+
+
+def test_a_prepared_image_holds_no_reference_to_the_samples(tmp_path):
+    """The encoder's copy is its own: a caller that hands over its only reference frees the samples
+    before the encoder runs (a big photo's samples and the encoder's buffers are never both held)."""
+    import weakref
+
+    samples = rgb_test_image(40, 30, seed=3)
+    expected = encode_image(DecodedImage(samples.copy()), "jpg", 90)
+    alive = weakref.ref(samples)
+    prepared = prepare_image(DecodedImage(samples), "jpg", 90)
+    del samples
+    assert alive() is None
+    assert prepared.encode() == expected
+    assert prepared.write(tmp_path / "x.jpg").read_bytes() == expected
+
+
+def test_disk_failure_while_the_encoder_writes_is_a_write_error(tmp_path, monkeypatch):
+    """The encoder writes into the temporary file as it goes: the file's own error (errno set) is
+    reported as a write error, not as the encoder's."""
+    target, before = existing_target(tmp_path)
+
+    def disk_full_midway(self, fp, format=None, **params):
+        fp.write(b"\x89PNG\r\n\x1a\n partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Image.Image, "save", disk_full_midway)
+    with pytest.raises(ImageWriteError, match="No space left on device"):
+        write_image(target, small_image())
+    assert target.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["out.png"]
