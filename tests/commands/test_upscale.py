@@ -92,7 +92,7 @@ def test_reading_and_writing_overlap_with_the_model(tmp_path, tiny, monkeypatch,
         return wrapped
 
     monkeypatch.setattr(sr_io, "read_image", slow(sr_io.read_image))
-    monkeypatch.setattr(sr_io, "write_image", slow(sr_io.write_image))
+    monkeypatch.setattr(sr_io, "prepare_image", slow(sr_io.prepare_image))  # the writer's encode
     monkeypatch.setattr(Upscaler, "upscale", slow(Upscaler.upscale))
     start = time.perf_counter()
     assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--model", tiny) == 0
@@ -121,7 +121,8 @@ def test_verbose_reports_each_stage_and_they_add_up_to_the_wall_time(tmp_path, t
         return wrapped
 
     monkeypatch.setattr(sr_io, "read_image", slow(sr_io.read_image, delays["read"]))
-    monkeypatch.setattr(sr_io, "write_image", slow(sr_io.write_image, delays["write"]))
+    # the writer encodes through prepare_image (then writes the prepared image): delay that
+    monkeypatch.setattr(sr_io, "prepare_image", slow(sr_io.prepare_image, delays["write"]))
     monkeypatch.setattr(Upscaler, "upscale", slow(Upscaler.upscale, delays["upscale"]))
     assert sr(str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--model", tiny, "-v") == 0
     out = capsys.readouterr().out
