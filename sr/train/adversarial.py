@@ -88,12 +88,16 @@ def frequency_loss(out: torch.Tensor, hr: torch.Tensor) -> torch.Tensor:
     return diff.abs().mean()
 
 
+def _box_mean(x: torch.Tensor, size: int) -> torch.Tensor:
+    # x: (N, 1, H, W) -> the mean of each size x size window (reflect-padded), same shape
+    pad = size // 2
+    return F.avg_pool2d(F.pad(x, (pad, pad, pad, pad), mode="reflect"), size, stride=1)
+
+
 def _local_variance(x: torch.Tensor, size: int = 7) -> torch.Tensor:
     # x: (N, 1, H, W) -> the variance in each size x size window (reflect-padded), same shape
-    pad = size // 2
-    x = F.pad(x, (pad, pad, pad, pad), mode="reflect")
-    mean = F.avg_pool2d(x, size, stride=1)
-    return (F.avg_pool2d(x * x, size, stride=1) - mean * mean).clamp_min(0)
+    mean = _box_mean(x, size)
+    return (_box_mean(x * x, size) - mean * mean).clamp_min(0)
 
 
 def artefact_map(out: torch.Tensor, ema_out: torch.Tensor, hr: torch.Tensor) -> torch.Tensor:
@@ -222,10 +226,7 @@ def flat_energy(out: torch.Tensor, hr: torch.Tensor) -> tuple[torch.Tensor, torc
         energies = []
         for y in (out_y, hr_y):
             hp = _high_pass(y) * 255.0  # (N, 1, H, W) grey levels
-            pad = PHASE_WINDOW // 2
-            power = F.avg_pool2d(F.pad(hp * hp, (pad, pad, pad, pad), mode="reflect"), PHASE_WINDOW,
-                                 stride=1)
-            energies.append((power + _FLAT_EPS).sqrt())
+            energies.append((_box_mean(hp * hp, PHASE_WINDOW) + _FLAT_EPS).sqrt())
     return energies[0], energies[1].detach(), smooth
 
 
