@@ -201,14 +201,19 @@ SR_INLINE void attend_head(const typename Vec<W>::f* __restrict qt, typename Vec
   // weighted sum of values, normalised once at the end
   const vf inv = 1.0f / sum;
   if constexpr (D > 0) {
-    vf acc[D];
-    for (int dd = 0; dd < D; ++dd) acc[dd] = vf{};
-    for (l = 0; l < L; ++l) {
-      const float* v0 = vrow[l] + c0;
-      const vf e = s[l];
-      for (int dd = 0; dd < D; ++dd) acc[dd] += v0[dd] * e;
+    // The accumulators must stay in registers: 16 of them fill AVX2's 16, so there the head's channels
+    // go in two passes of 8 (the second reads the value rows from L1); AVX-512 has 32 registers.
+    constexpr int H = (W >= 16 || D % 8 != 0) ? D : 8;
+    for (int h0 = 0; h0 < D; h0 += H) {
+      vf acc[H];
+      for (int dd = 0; dd < H; ++dd) acc[dd] = vf{};
+      for (l = 0; l < L; ++l) {
+        const float* v0 = vrow[l] + c0 + h0;
+        const vf e = s[l];
+        for (int dd = 0; dd < H; ++dd) acc[dd] += v0[dd] * e;
+      }
+      for (int dd = 0; dd < H; ++dd) ot[c0 + h0 + dd] = acc[dd] * inv;
     }
-    for (int dd = 0; dd < D; ++dd) ot[c0 + dd] = acc[dd] * inv;
   } else {
     for (int64_t dd = 0; dd < d; ++dd) ot[c0 + dd] = vf{};
     for (l = 0; l < L; ++l) {
@@ -225,8 +230,32 @@ SR_INLINE const T* row(const void* base, int64_t stride, int64_t token) {
   return static_cast<const T*>(base) + token * stride;
 }
 
+// Region r's query, key and value rows towards L2, every cache line of their C channels. The routed
+// key regions lie anywhere in the map, and a region's rows are W' tokens apart, so the hardware
+// prefetcher cannot guess them: without this, the first touch of each key and value row stalls.
+template <typename T>
+SR_INLINE void prefetch_region(const Args& a, int64_t r) {
+  const int64_t t = a.k_int[r];
+  if (t <= 0) return;
+  const int64_t C = a.c, P = a.p, K = a.kidx, image = r / a.n;
+  constexpr int64_t per_line = 64 / sizeof(T);
+  auto fetch = [&](const T* p) {
+    for (int64_t c = 0; c < C; c += per_line) __builtin_prefetch(p + c, 0, 3);
+    __builtin_prefetch(p + C - 1, 0, 3);  // a row that straddles one more line
+  };
+  const int64_t* qtok = a.tokens + r * P;
+  for (int64_t u = 0; u < P; ++u) fetch(row<T>(a.q, a.qs, qtok[u]));
+  for (int64_t j = 0; j < t; ++j) {
+    const int64_t* ktok = a.tokens + (a.idx[r * K + j] + image * a.n) * P;
+    for (int64_t u = 0; u < P; ++u) {
+      fetch(row<T>(a.k, a.ks, ktok[u]));
+      fetch(row<T>(a.v, a.vs, ktok[u]));
+    }
+  }
+}
+
 // Query regions [begin, end): the whole per-region computation; element type T (float, or uint16_t
-// for bf16), W lanes, head size D (0: any).
+// for bf16), W lanes, head size D (0: any). Each region's rows are prefetched one region ahead.
 template <typename T, int W, int D>
 SR_INLINE void attend_regions(const Args& a, int64_t begin, int64_t end) {
   typedef typename Vec<W>::f vf;
@@ -248,7 +277,9 @@ SR_INLINE void attend_regions(const Args& a, int64_t begin, int64_t end) {
   float* kf = rows + W * C;
   float* vf32 = kf + Lmax * C;
   std::vector<const float*> krow(Lmax), vrow(Lmax);
+  if (begin < end) prefetch_region<T>(a, begin);
   for (int64_t r = begin; r < end; ++r) {
+    if (r + 1 < end) prefetch_region<T>(a, r + 1);
     const int64_t* qtok = a.tokens + r * P;
     const int64_t t = a.k_int[r];
     if (t <= 0) {  // no attention: zero output rows
