@@ -159,12 +159,20 @@ def body_time(path: Path, rounds: int) -> dict:
             "body_s": per_px["body"] * img.width * img.height, "pixels": img.width * img.height}
 
 
+_written: set[tuple[str, Path, int, int]] = set()  # mosaics this process wrote: --what big,stages share one
+
+
 def mosaic_jpeg(args: argparse.Namespace, path: Path, width: int, height: int) -> Path:
-    """The valid images' mosaic of width x height written to ``path`` as a quality 90 JPEG."""
+    """The valid images' mosaic of width x height written to ``path`` as a quality 90 JPEG (once per
+    process for the same folder, path and size)."""
     from PIL import Image
 
+    key = (str(Path(args.valid).resolve()), path.resolve(), width, height)
+    if key in _written and path.is_file():
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(mosaic(valid_images(Path(args.valid)), width, height)).save(path, quality=90)
+    _written.add(key)
     return path
 
 

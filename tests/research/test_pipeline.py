@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 from PIL import Image
 
@@ -22,6 +24,25 @@ def test_mosaic_fills_the_canvas_with_the_images_flipping_repeats(tmp_path):
     np.testing.assert_array_equal(canvas[:30, :40], arrays[0])
     np.testing.assert_array_equal(canvas[:30, 40:80], arrays[1])
     np.testing.assert_array_equal(canvas[:30, 80:100], arrays[0][:, ::-1][:, :20])  # a repeat, flipped
+
+
+def test_mosaic_jpeg_is_written_once_per_process_for_the_same_request(tmp_path, monkeypatch):
+    valid = tmp_path / "valid"
+    valid.mkdir()
+    Image.fromarray(np.full((30, 40, 3), 120, np.uint8)).save(valid / "a.png")
+    calls = []
+    real = pipeline.mosaic
+    monkeypatch.setattr(pipeline, "mosaic", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(pipeline, "_written", set())
+    args = argparse.Namespace(valid=str(valid))
+    out = tmp_path / "in" / "big.jpg"
+    assert pipeline.mosaic_jpeg(args, out, 64, 48) == out and out.is_file()
+    pipeline.mosaic_jpeg(args, out, 64, 48)  # big, then stages: the same file
+    assert len(calls) == 1
+    pipeline.mosaic_jpeg(args, out, 32, 24)  # another size is written anew
+    out.unlink()
+    pipeline.mosaic_jpeg(args, out, 32, 24)  # and so is a file that went away
+    assert len(calls) == 3 and Image.open(out).size == (32, 24)
 
 
 def test_batch_time_is_read_from_the_summary_sr_upscale_prints(capsys):
