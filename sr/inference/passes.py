@@ -157,22 +157,27 @@ class PassChain:
         steps += [_Step(s, False, want_budget, out_dtype if n == last else np.float32, progress)
                   for n, s in enumerate(passes)]
         steps += [_Step(s, alpha=True) for s in passes] if alpha is not None else []
-        planes = [pixels, pixels if alpha is None else alpha[:, :, None]]  # alpha as (H, W, 1)
+        colour, alpha_plane = pixels, None if alpha is None else alpha[:, :, None]  # alpha as (H, W, 1)
         batch = self.tile_batch if self.tile_batch > 1 and self.shape_bucket else 1
         maps, names, precisions = [], [], []
         for step in steps:
-            src = planes[step.alpha]
+            src = alpha_plane if step.alpha else colour
+            assert src is not None  # alpha steps exist only where alpha does
             loaded = self.network(step.scale, src.shape[0] * src.shape[1])
             forward = self._forward(loaded, step.want_budget, tta, should_stop)
-            planes[step.alpha], budget = self.tiles.run_pass(
+            out, budget = self.tiles.run_pass(
                 src, self.descriptor(loaded.scale), loaded.grid, forward, batch, step.want_budget,
                 step.out_dtype, step.progress)
+            if step.alpha:
+                alpha_plane = out
+            else:
+                colour = out
             if not step.alpha:
                 names.append(loaded.name)
                 precisions.append(precision_name(loaded.dtype))
             if budget is not None:
                 maps.append(budget)
-        return Chained(planes[0], None if alpha is None else planes[1][:, :, 0], maps, names, precisions)
+        return Chained(colour, None if alpha_plane is None else alpha_plane[:, :, 0], maps, names, precisions)
 
     def _forward(
         self, loaded: Loaded, want_budget: bool, tta: bool, should_stop: StopCheck | None
