@@ -205,6 +205,13 @@ def test_precision_flags_hold_for_a_shipped_model():
     assert desc.supports_half and desc.supports_bfloat16
     half = desc.half()(x.half())
     assert half.dtype == torch.float16 and psnr(half, ref) >= 60  # measured 72-77 dB on photo crops
+
+
+@pytest.mark.cpu_bf16
+def test_bfloat16_flag_holds_for_a_shipped_model():
+    desc = ModelLoader().load_from_file(ROOT / "weights" / "asa-base-x2.safetensors")
+    x = photo_crop()
+    ref = desc(x)
     bf16 = desc.bfloat16()(x.bfloat16())
     assert bf16.dtype == torch.bfloat16 and psnr(bf16, ref) >= 45  # measured 54-59 dB
 
