@@ -172,7 +172,6 @@ class PassChain:
                 alpha_plane = out
             else:
                 colour = out
-            if not step.alpha:
                 names.append(loaded.name)
                 precisions.append(precision_name(loaded.dtype))
             if budget is not None:

@@ -230,9 +230,9 @@ SR_INLINE const T* row(const void* base, int64_t stride, int64_t token) {
   return static_cast<const T*>(base) + token * stride;
 }
 
-// Region r's query, key and value rows towards L2, every cache line of their C channels. The routed
-// key regions lie anywhere in the map, and a region's rows are W' tokens apart, so the hardware
-// prefetcher cannot guess them: without this, the first touch of each key and value row stalls.
+// Region r's query, key and value rows into the caches, every cache line of their C channels. The
+// routed key regions lie anywhere in the map, and a region's token rows are a map row apart, so the
+// hardware prefetcher cannot guess them: without this, the first touch of each key and value row stalls.
 template <typename T>
 SR_INLINE void prefetch_region(const Args& a, int64_t r) {
   const int64_t t = a.k_int[r];
